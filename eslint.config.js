@@ -1,0 +1,73 @@
+// Lint for the whole repository. Besides code style it enforces the layering
+// of ARCHITECTURE.md: a package may import only packages of lower layers and
+// never another package's internals (anything but its public entry points).
+import js from '@eslint/js'
+import tseslint from 'typescript-eslint'
+
+// lowest layer first
+const LAYERS = ['transport', 'interconnect', 'collab', 'management', 'node']
+
+/** no-restricted-imports patterns for the package of the given layer */
+function layerRules (layer) {
+  const index = LAYERS.indexOf(layer)
+  const higher = LAYERS.slice(index + 1)
+  const patterns = [
+    {
+      group: ['@ioa/*/src', '@ioa/*/src/**', '@ioa/*/dist', '@ioa/*/dist/**'],
+      message: 'Import a package by its public entry point, not its internals.'
+    },
+    {
+      group: ['../../*/src', '../../*/src/**', '../../../packages/*/src/**'],
+      message: 'Do not reach into another package\'s src/ by relative path.'
+    }
+  ]
+  if (higher.length > 0) {
+    patterns.push({
+      group: higher.map(l => `@ioa/${l}`).concat(higher.map(l => `@ioa/${l}/**`)),
+      message: `@ioa/${layer} is below ${higher.map(l => '@ioa/' + l).join(', ')} and must not import from them.`
+    })
+  }
+  return {
+    files: [`packages/${layer}/src/**/*.ts`],
+    rules: {
+      'no-restricted-imports': ['error', { patterns }]
+    }
+  }
+}
+
+export default tseslint.config(
+  {
+    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**']
+  },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: {
+      globals: {
+        console: 'readonly',
+        process: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        setInterval: 'readonly',
+        clearInterval: 'readonly',
+        AbortController: 'readonly',
+        AbortSignal: 'readonly',
+        performance: 'readonly',
+        URL: 'readonly',
+        TextEncoder: 'readonly',
+        TextDecoder: 'readonly',
+        structuredClone: 'readonly',
+        globalThis: 'readonly',
+        Buffer: 'readonly'
+      }
+    },
+    rules: {
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/consistent-type-imports': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      'no-console': 'off',
+      eqeqeq: ['error', 'smart']
+    }
+  },
+  ...LAYERS.map(layerRules)
+)

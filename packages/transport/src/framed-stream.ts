@@ -1,0 +1,174 @@
+/**
+ * A libp2p stream carrying length-prefixed messaging frames in both
+ * directions. Shared by the requesting side (outbound channel) and the
+ * answering side (inbound session).
+ */
+import { LengthPrefixedDecoder } from '@libp2p/utils'
+import * as varint from 'uint8-varint'
+import { Uint8ArrayList } from 'uint8arraylist'
+import { decodeFrame, encodeFrame } from './codec.js'
+import { MalformedFrameError, PayloadTooLargeError, StreamClosedError } from './errors.js'
+import type { Frame } from './codec.js'
+import type { Logger, Stream } from '@libp2p/interface'
+
+/** How long a graceful close may take before the stream is reset */
+const CLOSE_TIMEOUT = 5_000
+
+export interface FramedStreamInit {
+  maxFrameSize: number
+  log: Logger
+  /** Called for every well-formed frame */
+  onFrame(frame: Frame): void
+  /** Called for a frame that parsed far enough to read its id but broke a rule */
+  onBadFrame(err: MalformedFrameError, id: number): void
+  /** Called once when the stream is gone, with the reason if it failed */
+  onClose(err?: Error): void
+}
+
+export class FramedStream {
+  readonly stream: Stream
+  private readonly decoder: LengthPrefixedDecoder
+  private readonly init: FramedStreamInit
+  private closed = false
+
+  constructor (stream: Stream, init: FramedStreamInit) {
+    this.stream = stream
+    this.init = init
+    this.decoder = new LengthPrefixedDecoder({
+      maxDataLength: init.maxFrameSize,
+      // a partial frame plus one muxer chunk
+      maxBufferSize: init.maxFrameSize + 1_048_576
+    })
+
+    stream.addEventListener('message', (evt) => {
+      this.onData(evt.data)
+    })
+    stream.addEventListener('close', (evt) => {
+      this.finish(evt.error)
+    })
+    stream.addEventListener('remoteCloseWrite', () => {
+      // the remote end will send nothing more; nothing we write can be
+      // answered, so close our side too
+      this.close()
+    })
+  }
+
+  get isOpen (): boolean {
+    return !this.closed && this.stream.status === 'open'
+  }
+
+  private onData (data: Uint8Array | Uint8ArrayList): void {
+    if (this.closed) {
+      return
+    }
+
+    let frames: Generator<Uint8ArrayList>
+    try {
+      frames = this.decoder.decode(data)
+      for (const bytes of frames) {
+        let frame: Frame
+        try {
+          frame = decodeFrame(bytes)
+        } catch (err: any) {
+          const id = err?.frameId
+          if (typeof id === 'number' && id > 0) {
+            this.init.onBadFrame(err, id)
+            continue
+          }
+          throw err
+        }
+        this.init.onFrame(frame)
+        if (this.closed) {
+          return
+        }
+      }
+    } catch (err: any) {
+      // framing is lost: tell the peer why (best effort) and drop the stream
+      const wireErr = err?.name === 'InvalidMessageLengthError' || err?.name === 'InvalidParametersError'
+        ? new PayloadTooLargeError(`Frame larger than ${this.init.maxFrameSize} bytes`)
+        : err instanceof MalformedFrameError ? err : new MalformedFrameError(String(err?.message ?? err))
+      this.init.log('closing stream after bad input - %s', wireErr.message)
+      this.sendFrameNow({ type: 6, id: 0, code: wireErr.code, message: wireErr.message })
+      this.close()
+      this.finish(wireErr)
+    }
+  }
+
+  /**
+   * Encode a frame, refusing it locally if it would exceed the frame limit
+   */
+  encode (frame: Frame): Uint8ArrayList {
+    const body = encodeFrame(frame)
+    if (body.byteLength > this.init.maxFrameSize) {
+      throw new PayloadTooLargeError(`Encoded frame is ${body.byteLength} bytes, limit is ${this.init.maxFrameSize}`)
+    }
+    return new Uint8ArrayList(varint.encode(body.byteLength), body)
+  }
+
+  /**
+   * Write an encoded frame, waiting for the stream to drain when its send
+   * buffer is full (backpressure)
+   */
+  async write (bytes: Uint8ArrayList, signal?: AbortSignal): Promise<void> {
+    if (!this.isOpen) {
+      throw new StreamClosedError('Stream is not open')
+    }
+    let accepted: boolean
+    try {
+      accepted = this.stream.send(bytes)
+    } catch (err: any) {
+      throw new StreamClosedError(`Stream not writable: ${err?.message ?? err}`, { cause: err })
+    }
+    if (!accepted) {
+      try {
+        await this.stream.onDrain({ signal })
+      } catch (err: any) {
+        if (signal?.aborted === true) {
+          throw err
+        }
+        throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
+      }
+    }
+  }
+
+  /**
+   * Encode and write a frame without waiting; failures are logged, not thrown.
+   * Used for control frames (errors, cancels, credit) where nobody waits.
+   */
+  sendFrameNow (frame: Frame): void {
+    if (!this.isOpen) {
+      return
+    }
+    try {
+      this.stream.send(this.encode(frame))
+    } catch (err: any) {
+      this.init.log('could not send control frame - %s', err?.message ?? err)
+    }
+  }
+
+  /** Close gracefully; pending data is flushed */
+  close (): void {
+    if (this.stream.status !== 'open') {
+      return
+    }
+    this.stream.close({ signal: AbortSignal.timeout(CLOSE_TIMEOUT) }).catch((err: any) => {
+      this.stream.abort(err)
+    })
+  }
+
+  /** Drop the stream immediately */
+  abort (err: Error): void {
+    if (this.stream.status === 'open' || this.stream.status === 'closing') {
+      this.stream.abort(err)
+    }
+    this.finish(err)
+  }
+
+  private finish (err?: Error): void {
+    if (this.closed) {
+      return
+    }
+    this.closed = true
+    this.init.onClose(err)
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * @packageDocumentation
+ *
+ * The transport layer of the Internet of Agents stack.
+ *
+ * - {@link createTransportNode} creates a libp2p node configured for agents
+ *   (TCP, WebSockets, in-memory; Noise; Yamux; identify; ping; Kademlia DHT on
+ *   `/ioa/kad/1.0.0`; optional bootstrap and mDNS; persistent identity).
+ * - Its `services.messaging` ({@link Messaging}) sends typed requests and
+ *   server-streamed responses over versioned protocol ids, multiplexed over
+ *   long-lived streams, with limits, timeouts and cancellation.
+ *
+ * The wire format is specified in `spec/transport.md`.
+ */
+import './polyfill.js'
+
+export { createTransportNode, IOA_DHT_PROTOCOL } from './node.js'
+export type { TransportNodeInit, TransportNode, TransportServices, TransportKind } from './node.js'
+export { messaging, MESSAGING_DEFAULTS } from './messaging.js'
+export type {
+  Messaging, MessagingInit, MessagingComponents, MessagingStats, MessageTarget,
+  RequestContext, RequestOptions, UnaryHandler, StreamingHandler
+} from './messaging.js'
+export { encodeFrame, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
+export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
+export {
+  MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
+  TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
+  InvalidArgumentError, RemoteError, errorFromWire, ERROR_CODE_PATTERN
+} from './errors.js'
+export { openDatastore } from './node.js'

@@ -1,0 +1,250 @@
+/**
+ * A libp2p node configured for agents.
+ */
+import './polyfill.js'
+import { noise } from '@chainsafe/libp2p-noise'
+import { yamux } from '@chainsafe/libp2p-yamux'
+import { bootstrap } from '@libp2p/bootstrap'
+import { loadOrCreateSelfKey } from '@libp2p/config'
+import { identify } from '@libp2p/identify'
+import { kadDHT, passthroughMapper, removePrivateAddressesMapper } from '@libp2p/kad-dht'
+import { mdns } from '@libp2p/mdns'
+import { memory } from '@libp2p/memory'
+import { ping } from '@libp2p/ping'
+import { tcp } from '@libp2p/tcp'
+import { webSockets } from '@libp2p/websockets'
+import { MemoryDatastore } from 'datastore-core'
+import { LevelDatastore } from 'datastore-level'
+import { createLibp2p } from 'libp2p'
+import { InvalidArgumentError } from './errors.js'
+import { messaging } from './messaging.js'
+import type { Messaging, MessagingInit } from './messaging.js'
+import type { Identify } from '@libp2p/identify'
+import type { Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
+import type { KadDHT } from '@libp2p/kad-dht'
+import type { Ping } from '@libp2p/ping'
+import type { Datastore } from 'interface-datastore'
+
+/** The DHT protocol of the agent network (kept apart from the IPFS DHT) */
+export const IOA_DHT_PROTOCOL = '/ioa/kad/1.0.0'
+
+export type TransportKind = 'tcp' | 'websockets' | 'memory'
+
+export interface TransportNodeInit {
+  /**
+   * Addresses to listen on. Use `/ip4/…/tcp/…` for TCP, `…/tcp/…/ws` for
+   * WebSockets and `/memory/<name>` for the in-memory transport.
+   *
+   * @default ['/ip4/127.0.0.1/tcp/0']
+   */
+  listen?: string[]
+
+  /**
+   * Transports to enable
+   *
+   * @default ['tcp', 'websockets']
+   */
+  transports?: TransportKind[]
+
+  /**
+   * Multiaddrs (with `/p2p/<peer id>`) to dial at start-up to join the network
+   *
+   * @default []
+   */
+  bootstrap?: string[]
+
+  /**
+   * Discover peers on the local network with multicast DNS
+   *
+   * @default false
+   */
+  mdns?: boolean
+
+  /**
+   * Where node state lives: a datastore instance, or a directory that is
+   * opened as a LevelDB datastore. Takes precedence over `dataDir`.
+   *
+   * @default an in-memory datastore
+   */
+  datastore?: Datastore
+
+  /**
+   * Directory of a LevelDB datastore (created if missing) for node state
+   *
+   * @default undefined (state is kept in memory)
+   */
+  dataDir?: string
+
+  /**
+   * The node's private key. When absent the key is loaded from the datastore,
+   * or created and saved there, so the peer id survives restarts of a node
+   * with a persistent datastore.
+   *
+   * @default loaded from or created in the datastore
+   */
+  privateKey?: PrivateKey
+
+  /**
+   * Keep private and loopback addresses in the DHT (a LAN, a test network or
+   * one machine). Set to `false` on the public internet.
+   *
+   * @default true
+   */
+  allowPrivateAddresses?: boolean
+
+  /**
+   * Run the DHT in client mode (query, but do not answer queries)
+   *
+   * @default false
+   */
+  dhtClientMode?: boolean
+
+  /**
+   * DHT protocol id
+   *
+   * @default '/ioa/kad/1.0.0'
+   */
+  dhtProtocol?: string
+
+  /**
+   * Kademlia bucket size (k)
+   *
+   * @default 20
+   */
+  dhtKBucketSize?: number
+
+  /**
+   * Multiaddrs (IP prefixes such as `/ip4/127.0.0.1` or
+   * `/ip4/10.0.0.0/ipcidr/8`) exempt from connection limits and the inbound
+   * rate limit
+   *
+   * @default ['/ip4/127.0.0.1', '/ip6/::1']
+   */
+  allow?: string[]
+
+  /**
+   * Largest number of open connections
+   *
+   * @default 300
+   */
+  maxConnections?: number
+
+  /**
+   * Options of the messaging service
+   *
+   * @default {}
+   */
+  messaging?: MessagingInit
+
+  /**
+   * Start the node before returning it
+   *
+   * @default true
+   */
+  start?: boolean
+}
+
+export type TransportServices = {
+  identify: Identify
+  ping: Ping
+  dht: KadDHT
+  messaging: Messaging
+}
+
+/** A running libp2p node with the agent services */
+export type TransportNode = Libp2p<TransportServices>
+
+/**
+ * Open the datastore named by the init options: the given instance, a LevelDB
+ * directory, or memory. The caller owns closing a store it passed in; stores
+ * opened here are closed when the node stops.
+ */
+export async function openDatastore (init: TransportNodeInit): Promise<{ datastore: Datastore, owned: boolean }> {
+  if (init.datastore != null) {
+    return { datastore: init.datastore, owned: false }
+  }
+  if (init.dataDir != null) {
+    const store = new LevelDatastore(init.dataDir)
+    await store.open()
+    return { datastore: store, owned: true }
+  }
+  return { datastore: new MemoryDatastore(), owned: false }
+}
+
+/**
+ * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
+ * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
+ * service.
+ */
+export async function createTransportNode (init: TransportNodeInit = {}): Promise<TransportNode> {
+  const kinds = init.transports ?? ['tcp', 'websockets']
+  for (const k of kinds) {
+    if (k !== 'tcp' && k !== 'websockets' && k !== 'memory') {
+      throw new InvalidArgumentError(`Unknown transport "${String(k)}"`)
+    }
+  }
+
+  const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
+  const { datastore, owned } = await openDatastore(init)
+
+  try {
+    const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
+
+    const transports = kinds.map(k => {
+      if (k === 'tcp') return tcp()
+      if (k === 'websockets') return webSockets()
+      return memory()
+    })
+
+    const peerDiscovery: Array<(components: any) => PeerDiscovery> = []
+    if (init.bootstrap != null && init.bootstrap.length > 0) {
+      peerDiscovery.push(bootstrap({ list: init.bootstrap, timeout: 0 }))
+    }
+    if (init.mdns === true) {
+      peerDiscovery.push(mdns())
+    }
+
+    const node = await createLibp2p<TransportServices>({
+      privateKey,
+      datastore,
+      start: false,
+      addresses: { listen },
+      transports,
+      connectionEncrypters: [noise()],
+      streamMuxers: [yamux()],
+      peerDiscovery,
+      connectionManager: {
+        maxConnections: init.maxConnections ?? 300,
+        allow: init.allow ?? ['/ip4/127.0.0.1', '/ip6/::1']
+      },
+      services: {
+        identify: identify(),
+        ping: ping(),
+        dht: kadDHT({
+          protocol: init.dhtProtocol ?? IOA_DHT_PROTOCOL,
+          clientMode: init.dhtClientMode ?? false,
+          peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
+          kBucketSize: init.dhtKBucketSize
+        }),
+        messaging: messaging(init.messaging)
+      }
+    })
+
+    if (owned) {
+      node.addEventListener('stop', () => {
+        (datastore as LevelDatastore).close().catch(() => {})
+      }, { once: true })
+    }
+
+    if (init.start !== false) {
+      await node.start()
+    }
+
+    return node
+  } catch (err) {
+    if (owned) {
+      await (datastore as LevelDatastore).close().catch(() => {})
+    }
+    throw err
+  }
+}

@@ -124,6 +124,26 @@ export class InvalidArgumentError extends MessagingError {
   }
 }
 
+/** The peer could not be dialled (no address, refused, unreachable) */
+export class DialFailedError extends MessagingError {
+  static override name = 'DialFailedError'
+  static code = 'DIAL_FAILED'
+  constructor (message = 'Dial failed', options?: ErrorOptions) {
+    super(DialFailedError.code, message, options)
+    this.name = DialFailedError.name
+  }
+}
+
+/** The peer is connected but does not speak the requested protocol */
+export class ProtocolNotSupportedError extends MessagingError {
+  static override name = 'ProtocolNotSupportedError'
+  static code = 'PROTOCOL_NOT_SUPPORTED'
+  constructor (message = 'Protocol not supported', options?: ErrorOptions) {
+    super(ProtocolNotSupportedError.code, message, options)
+    this.name = ProtocolNotSupportedError.name
+  }
+}
+
 /**
  * An error with an application-defined code raised by a remote handler.
  * Handlers throw `new RemoteError('MY_CODE', 'message')` (or any error with a

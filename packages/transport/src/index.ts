@@ -26,6 +26,6 @@ export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, C
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
   TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
-  InvalidArgumentError, RemoteError, errorFromWire, ERROR_CODE_PATTERN
+  InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN
 } from './errors.js'
 export { openDatastore } from './node.js'

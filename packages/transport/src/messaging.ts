@@ -6,7 +6,7 @@
 import { isMultiaddr } from '@multiformats/multiaddr'
 import { FrameType, METHOD_PATTERN, MAX_ERROR_MESSAGE } from './codec.js'
 import {
-  CanceledError, InvalidArgumentError, MalformedFrameError, NotStartedError, PayloadTooLargeError,
+  CanceledError, DialFailedError, InvalidArgumentError, ProtocolNotSupportedError, MalformedFrameError, NotStartedError, PayloadTooLargeError,
   StreamClosedError, TimeoutError, TooManyRequestsError, UnknownMethodError, errorFromWire, errorToWire
 } from './errors.js'
 import { FramedStream } from './framed-stream.js'
@@ -785,13 +785,28 @@ class DefaultMessaging implements Messaging, Startable {
     }
 
     const open = (async () => {
-      const connection = await this.components.connectionManager.openConnection(target, { signal })
+      let connection: Connection
+      try {
+        connection = await this.components.connectionManager.openConnection(target, { signal })
+      } catch (err: any) {
+        if (signal.aborted) throw signal.reason
+        throw new DialFailedError(`Could not dial ${String(target)}: ${err?.message ?? err}`, { cause: err })
+      }
       const key = `${connection.remotePeer.toString()}|${protocol}`
       const existing = this.channels.get(key)
       if (existing?.isOpen === true) {
         return existing
       }
-      const stream = await connection.newStream(protocol, { signal })
+      let stream: Stream
+      try {
+        stream = await connection.newStream(protocol, { signal })
+      } catch (err: any) {
+        if (signal.aborted) throw signal.reason
+        if (err?.name === 'UnsupportedProtocolError') {
+          throw new ProtocolNotSupportedError(`${connection.remotePeer.toString()} does not support ${protocol}`, { cause: err })
+        }
+        throw new StreamClosedError(`Could not open a stream to ${connection.remotePeer.toString()}: ${err?.message ?? err}`, { cause: err })
+      }
       if (!this.started) {
         stream.abort(new NotStartedError())
         throw new NotStartedError('Messaging stopped while opening a stream')

@@ -32,7 +32,8 @@ const announce = async () => {
         await node.contentRouting.provide(key, { signal: AbortSignal.timeout(5_000) })
         process.stdout.write(JSON.stringify({ provided: `demo.${name}` }) + '\n')
         return
-      } catch {}
+      } catch { // retry until the routing table has room
+      }
     }
     await new Promise(resolve => setTimeout(resolve, 200))
   }

@@ -114,6 +114,15 @@ export interface TransportNodeInit {
   dhtKBucketSize?: number
 
   /**
+   * How long DHT provider records stay valid, in ms. Agents come and go, so
+   * records live minutes, not IPFS's days: a node that stores a record drops it
+   * after this long, and a providing node re-announces at half of it.
+   *
+   * @default 600_000
+   */
+  providerTtl?: number
+
+  /**
    * Multiaddrs (IP prefixes such as `/ip4/127.0.0.1` or
    * `/ip4/10.0.0.0/ipcidr/8`) exempt from connection limits and the inbound
    * rate limit
@@ -184,6 +193,10 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     }
   }
 
+  const providerTtl = init.providerTtl ?? 600_000
+  if (!Number.isFinite(providerTtl) || providerTtl < 1000) {
+    throw new InvalidArgumentError(`providerTtl must be at least 1000 ms, got ${providerTtl}`)
+  }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
   const { datastore, owned } = await openDatastore(init)
 
@@ -224,7 +237,16 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           protocol: init.dhtProtocol ?? IOA_DHT_PROTOCOL,
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
-          kBucketSize: init.dhtKBucketSize
+          kBucketSize: init.dhtKBucketSize,
+          providers: {
+            provideValidity: Math.max(1, Math.round(providerTtl / 1000)),
+            cleanupInterval: Math.max(1, Math.round(providerTtl / 4000))
+          },
+          reprovide: {
+            validity: providerTtl,
+            threshold: Math.round(providerTtl / 2),
+            interval: Math.max(1000, Math.round(providerTtl / 4))
+          }
         }),
         messaging: messaging(init.messaging)
       }

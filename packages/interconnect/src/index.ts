@@ -1,0 +1,36 @@
+/**
+ * @packageDocumentation
+ *
+ * The agent interconnect layer: who an agent is (Ed25519 keys, `did:key`),
+ * what it can do (signed agent cards with hierarchical capabilities), where it
+ * is (capability and agent-id records in the Kademlia DHT), and how to reach
+ * it (routing to an agent id, across domain gateways).
+ *
+ * Wire formats: `spec/interconnect.md`.
+ */
+export { createInterconnect, CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+export type {
+  Interconnect, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
+  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
+} from './interconnect.js'
+export {
+  publicKeyToDid, didToPublicKey, isDid, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
+} from './identity.js'
+export type { Did, Identity } from './identity.js'
+export {
+  assertCapability, isCapability, capabilityPrefixes, capabilityMatches, capabilityCid, agentCid,
+  MAX_CAPABILITY_DEPTH, MAX_CAPABILITY_LENGTH
+} from './capability.js'
+export {
+  parseCard, signCard, verifyCard, cardSigningBytes, encodeSignedCard, matchingSkills,
+  CARD_VERSION, CARD_LIMITS, AgentCardSchema, SkillSchema, AvailabilitySchema
+} from './card.js'
+export type { AgentCard, AgentCardInit, SignedCard, Skill, SkillInit, Availability, VerifyCardOptions } from './card.js'
+export { defaultRanker, matchQuery, schemaSatisfies } from './ranking.js'
+export type { DiscoveryQuery, Ranker, RankInput, DefaultRankerInit } from './ranking.js'
+export {
+  InterconnectError, InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError,
+  ExpiredCardError, CardBindingError, UnknownAgentError, PeerUnreachableError, AgentNotHereError,
+  NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
+  fromRemote
+} from './errors.js'

@@ -6,7 +6,7 @@
 import { isMultiaddr } from '@multiformats/multiaddr'
 import { FrameType, METHOD_PATTERN, MAX_ERROR_MESSAGE } from './codec.js'
 import {
-  CanceledError, DialFailedError, InvalidArgumentError, ProtocolNotSupportedError, MalformedFrameError, NotStartedError, PayloadTooLargeError,
+  CanceledError, DialFailedError, HandlerError, InvalidArgumentError, ProtocolNotSupportedError, MalformedFrameError, NotStartedError, PayloadTooLargeError,
   StreamClosedError, TimeoutError, TooManyRequestsError, UnknownMethodError, errorFromWire, errorToWire
 } from './errors.js'
 import { FramedStream } from './framed-stream.js'
@@ -163,6 +163,9 @@ export const MESSAGING_DEFAULTS: Readonly<Defaults> = Object.freeze({
   maxInboundStreams: 8
 })
 
+/** Longest timeout, in ms (the largest delay setTimeout accepts) */
+const MAX_TIMEOUT = 2_147_483_647
+
 /** Most credit a requester may grant a stream at once */
 const MAX_WINDOW = 1024
 
@@ -240,7 +243,13 @@ class OutboundChannel {
       maxFrameSize: owner.opts.maxFrameSize,
       log: owner.log,
       onFrame: (frame) => { this.onFrame(frame) },
-      onBadFrame: (err, id) => { this.failCall(id, err) },
+      onBadFrame: (err, id) => {
+        const call = this.calls.get(id)
+        if (call != null) {
+          this.cancel(id)
+          call.fail(err)
+        }
+      },
       onClose: (err) => { this.onClose(err) }
     })
     this.armIdle()
@@ -409,7 +418,15 @@ class InboundSession {
       maxFrameSize: owner.opts.maxFrameSize,
       log: owner.log,
       onFrame: (frame) => { this.onFrame(frame) },
-      onBadFrame: (err, id) => { this.sendError(id, err) },
+      onBadFrame: (err, id) => {
+        const req = this.active.get(id)
+        if (req != null) {
+          // the request is broken: stop its handler, send nothing more for it
+          req.canceled = true
+          req.controller.abort(err)
+        }
+        this.sendError(id, err)
+      },
       onClose: () => { this.onClose() }
     })
     this.armIdle()
@@ -534,7 +551,9 @@ class InboundSession {
       try {
         bytes = this.framed.encode({ type: FrameType.RESPONSE, id: frame.id, payload: result ?? null })
       } catch (err: any) {
-        this.sendError(frame.id, err instanceof PayloadTooLargeError ? err : errorToWire(err, MAX_ERROR_MESSAGE))
+        this.sendError(frame.id, err instanceof PayloadTooLargeError
+          ? err
+          : new HandlerError(`Handler result cannot be encoded: ${err?.message ?? err}`))
         return
       }
       await this.framed.write(bytes)
@@ -576,7 +595,13 @@ class InboundSession {
           req.wakeCredit = undefined
         }
         req.credit--
-        await this.framed.write(this.framed.encode({ type: FrameType.ITEM, id: frame.id, payload: next.value ?? null }), signal)
+        let item
+        try {
+          item = this.framed.encode({ type: FrameType.ITEM, id: frame.id, payload: next.value ?? null })
+        } catch (err: any) {
+          throw err instanceof PayloadTooLargeError ? err : new HandlerError(`Stream item cannot be encoded: ${err?.message ?? err}`)
+        }
+        await this.framed.write(item, signal)
         rearm()
       }
       this.framed.sendFrameNow({ type: FrameType.END, id: frame.id })
@@ -647,7 +672,7 @@ class DefaultMessaging implements Messaging, Startable {
     this.opts = { ...MESSAGING_DEFAULTS }
     for (const [key, value] of Object.entries(init)) {
       if (value == null) continue
-      if (!(key in MESSAGING_DEFAULTS) || typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+      if (!(key in MESSAGING_DEFAULTS) || typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > MAX_TIMEOUT) {
         throw new InvalidArgumentError(`Invalid messaging option ${key}=${String(value)}`)
       }
       ;(this.opts as unknown as Record<string, number>)[key] = value
@@ -828,10 +853,12 @@ class DefaultMessaging implements Messaging, Startable {
    * Combine the caller's signal with the call's timeout
    */
   private guard (options: RequestOptions, what: string): { signal: AbortSignal, timeout: number, done(): void } {
-    const timeout = options.timeout ?? this.opts.requestTimeout
-    if (!Number.isFinite(timeout) || timeout <= 0) {
-      throw new InvalidArgumentError(`Invalid timeout ${timeout}`)
+    const requested = options.timeout ?? this.opts.requestTimeout
+    if (typeof requested !== 'number' || Number.isNaN(requested) || requested <= 0) {
+      throw new InvalidArgumentError(`Invalid timeout ${requested}`)
     }
+    // whole milliseconds, within what setTimeout can wait
+    const timeout = Math.min(Math.ceil(requested), MAX_TIMEOUT)
     const controller = new AbortController()
     const timer = setTimeout(() => {
       controller.abort(new TimeoutError(`${what} timed out after ${timeout} ms`))
@@ -931,6 +958,8 @@ class DefaultMessaging implements Messaging, Startable {
     let acquired = false
 
     const queue: unknown[] = []
+    /** items the server may still send under the credit granted so far */
+    let granted = window
     let ended = false
     let failure: Error | undefined
     let wake: (() => void) | undefined
@@ -945,15 +974,16 @@ class DefaultMessaging implements Messaging, Startable {
         id,
         method,
         payload,
-        timeout: itemTimeout,
+        timeout: guard.timeout,
         credit: window
       })
       channel.register(id, {
         onItem: (value) => {
-          if (queue.length >= window) {
+          if (granted <= 0) {
             failure = new MalformedFrameError('Server sent more items than the granted credit')
             channel?.cancel(id)
           } else {
+            granted--
             queue.push(value)
           }
           wake?.()
@@ -970,6 +1000,7 @@ class DefaultMessaging implements Messaging, Startable {
           consumed++
           if (consumed >= Math.ceil(window / 2) && !ended) {
             channel.framed.sendFrameNow({ type: FrameType.CREDIT, id, credit: consumed })
+            granted += consumed
             consumed = 0
           }
           guard.done()

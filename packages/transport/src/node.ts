@@ -20,7 +20,7 @@ import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { Identify } from '@libp2p/identify'
-import type { Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
+import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
@@ -139,6 +139,14 @@ export interface TransportNodeInit {
   maxConnections?: number
 
   /**
+   * Decides which peers and addresses this node may connect to or accept
+   * connections from (a domain's inner nodes refuse peers outside the domain)
+   *
+   * @default libp2p's default gater (allows every peer)
+   */
+  connectionGater?: ConnectionGater
+
+  /**
    * Options of the messaging service
    *
    * @default {}
@@ -226,6 +234,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       connectionEncrypters: [noise()],
       streamMuxers: [yamux()],
       peerDiscovery,
+      ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
       connectionManager: {
         maxConnections: init.maxConnections ?? 300,
         allow: init.allow ?? ['/ip4/127.0.0.1', '/ip6/::1']

@@ -392,6 +392,17 @@ describe('messaging lifecycle', () => {
     await expect(createTransportNode({ transports: ['memory'], messaging: { maxFrameSize: -5 } })).rejects.toHaveProperty('name', 'InvalidArgumentError')
   })
 
+  it('accepts fractional timeouts and reports unencodable results as HandlerError', async () => {
+    const server = await makeNode('memory')
+    const client = await makeNode('memory')
+    await server.services.messaging.handle(PROTO, 'echo', (p) => p)
+    await server.services.messaging.handle(PROTO, 'bad-result', () => ({ nope: undefined }))
+    const addr = server.getMultiaddrs()[0]
+    expect(await client.services.messaging.request(addr, PROTO, 'echo', 1, { timeout: 1500.5 })).toBe(1)
+    const err = await expectError(client.services.messaging.request(addr, PROTO, 'bad-result'), 'HandlerError')
+    expect((err as any).remote).toBe(true)
+  })
+
   it('stops serving a method after unhandle', async () => {
     const server = await makeNode('memory')
     const client = await makeNode('memory')

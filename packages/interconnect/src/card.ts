@@ -34,9 +34,10 @@ const capability = z.string().max(128).refine(s => {
   try { assertCapability(s); return true } catch { return false }
 }, 'invalid capability name')
 
+/** A peer id in its canonical string form (base58btc multihash, e.g. `12D3KooW…`) */
 const peerIdString = z.string().min(1).max(128).refine(s => {
-  try { peerIdFromString(s); return true } catch { return false }
-}, 'invalid peer id')
+  try { return peerIdFromString(s).toString() === s } catch { return false }
+}, 'invalid peer id (must be in canonical form)')
 
 const did = z.string().max(128).refine(isDid, 'invalid did:key')
 

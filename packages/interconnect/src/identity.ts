@@ -125,6 +125,8 @@ const NAME = /^[A-Za-z0-9._-]{1,64}$/
 export class KeyStore {
   private readonly datastore: Datastore
   private readonly prefix: string
+  /** loads in progress, so concurrent calls for one name share one key */
+  private readonly pending = new Map<string, Promise<Identity & { privateKey: PrivateKey }>>()
 
   constructor (datastore: Datastore, prefix = '/ioa/agent-keys') {
     this.datastore = datastore
@@ -140,6 +142,18 @@ export class KeyStore {
 
   /** Load the identity stored under `name`, or create and store a new one */
   async loadOrCreate (name: string, options?: { signal?: AbortSignal }): Promise<Identity & { privateKey: PrivateKey }> {
+    const running = this.pending.get(name)
+    if (running != null) return running
+    const p = this.load(name, options)
+    this.pending.set(name, p)
+    try {
+      return await p
+    } finally {
+      this.pending.delete(name)
+    }
+  }
+
+  private async load (name: string, options?: { signal?: AbortSignal }): Promise<Identity & { privateKey: PrivateKey }> {
     const key = this.key(name)
     if (await this.datastore.has(key, options)) {
       const bytes = await this.datastore.get(key, options)

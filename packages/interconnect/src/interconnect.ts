@@ -6,7 +6,7 @@
 import { MemoryDatastore } from 'datastore-core'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { agentCid, assertCapability, capabilityCid, capabilityPrefixes } from './capability.js'
-import { CARD_LIMITS, parseCard, signCard, verifyCard } from './card.js'
+import { CARD_LIMITS, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
 import {
   AgentNotHereError, BadRequestError, DuplicateAgentError, ForbiddenError, InterconnectError, NoInboxError,
   NotExportedError, PeerUnreachableError, UnknownAgentError, fromRemote
@@ -25,6 +25,9 @@ import type { CID } from 'multiformats/cid'
 export const CARD_PROTOCOL = '/ioa/card/1.0.0'
 /** Routing protocol: deliver a message to an agent's inbox */
 export const ROUTE_PROTOCOL = '/ioa/route/1.0.0'
+
+/** Most bytes of cards one `list` answer carries (below the 1 MiB frame limit) */
+export const LIST_BYTE_BUDGET = 786_432
 
 /** Most cards one `list` answer carries */
 export const MAX_CARDS_PER_LIST = 256
@@ -232,6 +235,10 @@ export interface Interconnect {
   announce(capability: string): Promise<void>
   /** Withdraw one announcement of a capability */
   withdraw(capability: string): Promise<void>
+  /** Announce this peer as a provider of an agent id, so `resolve` finds it (gateways; reference-counted) */
+  announceAgent(did: Did): Promise<void>
+  /** Withdraw one announcement of an agent id */
+  withdrawAgent(did: Did): Promise<void>
   /** Serve extra cards (gateways) */
   addCardSource(source: CardSource): void
   /** Take messages for agents not hosted here (gateways) */
@@ -295,6 +302,7 @@ class DefaultInterconnect implements Interconnect {
   private readonly keys: KeyStore
   private readonly hosted = new Map<Did, Hosted>()
   private readonly hostedByKey = new Map<string, Did>()
+  private readonly reserved = new Set<string>()
   private readonly provided = new Map<string, { cid: CID, refs: number }>()
   private readonly discoveryCache = new Map<string, { at: number, results: DiscoveredAgent[] }>()
   private readonly routeCache = new Map<Did, { at: number, signed: SignedCard, peers: string[] }>()
@@ -368,7 +376,7 @@ class DefaultInterconnect implements Interconnect {
 
   // ---- hosting ---------------------------------------------------------
 
-  private async makeCard (identity: Identity, init: HostAgentInit, skills?: SkillInit[], gateways?: string[]): Promise<SignedCard> {
+  private async makeCard (identity: Identity, init: HostAgentInit, skills?: SkillInit[], gateways?: string[], hidden = false): Promise<SignedCard> {
     const now = Date.now()
     const gw = gateways ?? this.gateways
     const card = {
@@ -380,7 +388,7 @@ class DefaultInterconnect implements Interconnect {
       version: init.version ?? '1.0.0',
       skills: skills ?? init.skills,
       peer: this.node.peerId.toString(),
-      addrs: this.private ? [] : this.node.getMultiaddrs().slice(0, CARD_LIMITS.maxAddrs).map(a => a.toString()),
+      addrs: this.private || hidden ? [] : this.node.getMultiaddrs().slice(0, CARD_LIMITS.maxAddrs).map(a => a.toString()),
       ...(gw.length > 0 ? { gateways: gw } : {}),
       availability: init.availability ?? { mode: 'always' as const },
       issuedAt: now,
@@ -390,16 +398,23 @@ class DefaultInterconnect implements Interconnect {
   }
 
   async host (init: HostAgentInit, options?: AbortOptions): Promise<HostedAgent> {
-    if (this.hostedByKey.has(init.key)) {
+    if (this.hostedByKey.has(init.key) || this.reserved.has(init.key)) {
       throw new DuplicateAgentError(`An agent with key "${init.key}" is already hosted`)
     }
     // validate before touching the key store
     for (const s of init.skills ?? []) assertCapability(s.id)
-    const identity = await this.keys.loadOrCreate(init.key, options)
-    if (this.hosted.has(identity.did)) {
-      throw new DuplicateAgentError(`Agent ${identity.did} is already hosted`)
+    this.reserved.add(init.key)
+    let identity: Identity & { privateKey: unknown }
+    let card: SignedCard
+    try {
+      identity = await this.keys.loadOrCreate(init.key, options)
+      if (this.hosted.has(identity.did)) {
+        throw new DuplicateAgentError(`Agent ${identity.did} is already hosted`)
+      }
+      card = await this.makeCard(identity, init)
+    } finally {
+      this.reserved.delete(init.key)
     }
-    const card = await this.makeCard(identity, init)
     const cids: string[] = []
     const names = new Set<string>()
     for (const s of card.card.skills) {
@@ -458,6 +473,15 @@ class DefaultInterconnect implements Interconnect {
     await this.unprovideKey(`cap:${capability}`)
   }
 
+  async announceAgent (did: Did): Promise<void> {
+    if (!isDid(did)) throw new UnknownAgentError(`Not an agent id: ${String(did).slice(0, 80)}`)
+    await this.provideKey(`agent:${did}`, await agentCid(did))
+  }
+
+  async withdrawAgent (did: Did): Promise<void> {
+    await this.unprovideKey(`agent:${did}`)
+  }
+
   private async provideKey (key: string, cid: CID): Promise<void> {
     const entry = this.provided.get(key)
     if (entry != null) {
@@ -502,17 +526,23 @@ class DefaultInterconnect implements Interconnect {
     const limit = Math.min(query.limit ?? 64, MAX_CARDS_PER_LIST)
     const out: SignedCard[] = []
     const wanted = query.agents != null ? new Set(query.agents) : undefined
+    let bytes = 0
+    // stop before the answer outgrows one frame
+    const add = (c: SignedCard): boolean => {
+      const size = encodeSignedCard(c).byteLength
+      if (out.length >= limit || bytes + size > LIST_BYTE_BUDGET) return false
+      bytes += size
+      out.push(c)
+      return true
+    }
     for (const agent of this.hosted.values()) {
-      if (out.length >= limit) break
       if (wanted != null && !wanted.has(agent.did)) continue
       if (query.prefix != null && !agent.card.card.skills.some(s => s.id === query.prefix || s.id.startsWith(query.prefix + '.'))) continue
-      out.push(agent.card)
+      if (!add(agent.card)) return { cards: out }
     }
     for (const source of this.cardSources) {
-      if (out.length >= limit) break
       for (const c of await source(query, ctx.peer.toString())) {
-        if (out.length >= limit) break
-        out.push(c)
+        if (!add(c)) return { cards: out }
       }
     }
     return { cards: out }
@@ -522,18 +552,19 @@ class DefaultInterconnect implements Interconnect {
     if (!this.trustedGateways.has(ctx.peer.toString())) {
       throw new ForbiddenError('Only this domain\'s gateways may request export cards')
     }
-    if (payload == null || typeof payload !== 'object') throw new BadRequestError('export needs { agent, skills, gateways }')
-    const { agent: did, skills, gateways } = payload as Record<string, unknown>
+    if (payload == null || typeof payload !== 'object' || Array.isArray(payload)) throw new BadRequestError('export needs { agent, skills, gateways }')
+    const { agent: did, skills, gateways, ...rest } = payload as Record<string, unknown>
+    if (Object.keys(rest).length > 0) throw new BadRequestError(`Unknown fields: ${Object.keys(rest).join(', ')}`)
     if (typeof did !== 'string' || !Array.isArray(skills) || !Array.isArray(gateways) ||
-      skills.length > CARD_LIMITS.maxSkills || gateways.length > CARD_LIMITS.maxGateways ||
-      !skills.every(s => typeof s === 'string') || !gateways.every(g => typeof g === 'string')) {
-      throw new BadRequestError('export needs { agent, skills: string[], gateways: string[] }')
+      skills.length > CARD_LIMITS.maxSkills || gateways.length === 0 || gateways.length > CARD_LIMITS.maxGateways ||
+      !skills.every(s => typeof s === 'string') || !gateways.every(isCanonicalPeerId)) {
+      throw new BadRequestError(`export needs { agent, skills: string[], gateways: 1-${CARD_LIMITS.maxGateways} peer ids }`)
     }
     const agent = this.hosted.get(did)
     if (agent == null) throw new AgentNotHereError(`Agent ${did} is not hosted here`)
     const chosen = agent.init.skills.filter(s => skills.includes(s.id))
     if (chosen.length === 0) throw new NotExportedError('None of the requested skills belong to the agent')
-    return { card: await this.makeCard(agent.identity, agent.init, chosen, gateways as string[]) }
+    return { card: await this.makeCard(agent.identity, agent.init, chosen, gateways as string[], true) }
   }
 
   addCardSource (source: CardSource): void {
@@ -841,6 +872,15 @@ class DefaultInterconnect implements Interconnect {
     } catch (err: any) {
       throw new PeerUnreachableError(`Peer ${peerId.toString()} did not answer ping: ${err?.message ?? err}`, { cause: err })
     }
+  }
+}
+
+function isCanonicalPeerId (value: unknown): boolean {
+  if (typeof value !== 'string') return false
+  try {
+    return peerIdFromString(value).toString() === value
+  } catch {
+    return false
   }
 }
 

@@ -73,6 +73,7 @@ export function defaultRanker (init: DefaultRankerInit = {}): Ranker {
       const q = query.capability
       let match = 0
       for (const s of c.skills) {
+        if (s.id !== q && !s.id.startsWith(q + '.')) continue
         // exact: 1; a skill below the prefix scores less the deeper it lies
         const extra = s.id === q ? 0 : s.id.split('.').length - q.split('.').length
         match = Math.max(match, 1 / (1 + extra))

@@ -1,0 +1,126 @@
+/**
+ * The interconnect code against the normative spec: the test vectors of
+ * `spec/interconnect.md` are read at run time, so the spec and the code cannot
+ * drift apart unnoticed.
+ */
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import * as dagCbor from '@ipld/dag-cbor'
+import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import { describe, expect, it } from 'vitest'
+import {
+  agentCid, capabilityCid, capabilityPrefixes, cardSigningBytes, didToPublicKey, encodeSignedCard, identityFromPrivateKey,
+  parseCard, publicKeyToDid, signCard, verifyCard
+} from '../src/index.js'
+import type { AgentCard } from '../src/index.js'
+
+const spec = readFileSync(fileURLToPath(new URL('../../../spec/interconnect.md', import.meta.url)), 'utf8')
+
+interface Vectors {
+  identity: { seed: string, publicKey: string, did: string }
+  peer: { seed: string, peerId: string }
+  gateway: { seed: string, peerId: string }
+  card: AgentCard
+  verifyAt: number
+  signingBytes: string
+  signature: string
+  signedCard: string
+  capabilities: Array<{ name: string, cid: string }>
+  agent: { did: string, cid: string }
+}
+
+function block<T> (tag: string): T {
+  const match = spec.match(new RegExp('```' + tag + '\\n([\\s\\S]*?)\\n```'))
+  if (match == null) {
+    throw new Error(`No \`\`\`${tag} block in spec/interconnect.md`)
+  }
+  return JSON.parse(match[1]) as T
+}
+
+const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex')
+const fromHex = (h: string): Uint8Array => new Uint8Array(Buffer.from(h, 'hex'))
+
+async function rejectionOf (p: Promise<unknown>): Promise<any> {
+  try {
+    await p
+  } catch (err) {
+    return err
+  }
+  throw new Error('expected a rejection')
+}
+
+const v = block<Vectors>('json vectors')
+
+describe('spec/interconnect.md test vectors', () => {
+  it('identity: seed -> public key -> did:key and back', async () => {
+    const key = await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed))
+    expect(toHex(key.publicKey.raw)).toBe(v.identity.publicKey)
+    expect(publicKeyToDid(key.publicKey)).toBe(v.identity.did)
+    expect(identityFromPrivateKey(key).did).toBe(v.identity.did)
+    expect(toHex(didToPublicKey(v.identity.did).raw)).toBe(v.identity.publicKey)
+  })
+
+  it('peer ids: seed -> peer id', async () => {
+    for (const p of [v.peer, v.gateway]) {
+      const key = await generateKeyPairFromSeed('Ed25519', fromHex(p.seed))
+      expect(peerIdFromPrivateKey(key).toString()).toBe(p.peerId)
+    }
+  })
+
+  it('the card is canonical and names the vector identities', () => {
+    expect(v.card.id).toBe(v.identity.did)
+    expect(v.card.peer).toBe(v.peer.peerId)
+    expect(v.card.gateways).toEqual([v.gateway.peerId])
+    // parsing adds nothing: every defaulted field is present
+    expect(dagCbor.encode(parseCard(v.card))).toEqual(dagCbor.encode(v.card))
+  })
+
+  it('signing bytes', () => {
+    const bytes = cardSigningBytes(v.card)
+    expect(toHex(bytes)).toBe(v.signingBytes)
+    expect(v.signingBytes.startsWith(toHex(new TextEncoder().encode('ioa:card:v1\n')))).toBe(true)
+  })
+
+  it('signature (Ed25519 is deterministic)', async () => {
+    const identity = identityFromPrivateKey(await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed)))
+    expect(toHex(await identity.sign(fromHex(v.signingBytes)))).toBe(v.signature)
+    const signed = await signCard(v.card, identity)
+    expect(toHex(signed.sig)).toBe(v.signature)
+    expect(await didToPublicKey(v.identity.did).verify(fromHex(v.signingBytes), fromHex(v.signature))).toBe(true)
+  })
+
+  it('signed card encoding', () => {
+    expect(toHex(encodeSignedCard({ card: v.card, sig: fromHex(v.signature) }))).toBe(v.signedCard)
+  })
+
+  it('verifyCard accepts the decoded signed card at verifyAt, served by the peer or the gateway', async () => {
+    const wire = dagCbor.decode(fromHex(v.signedCard))
+    const byPeer = await verifyCard(wire, { now: v.verifyAt, servedBy: v.peer.peerId })
+    expect(byPeer.card).toEqual(v.card)
+    expect(toHex(byPeer.sig)).toBe(v.signature)
+    await verifyCard(wire, { now: v.verifyAt, servedBy: v.gateway.peerId })
+  })
+
+  it('verifyCard rejects the vector card elsewhere and elsewhen', async () => {
+    const wire = dagCbor.decode(fromHex(v.signedCard))
+    // another peer: the one of the agent's own key
+    const other = peerIdFromPrivateKey(await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed))).toString()
+    expect((await rejectionOf(verifyCard(wire, { now: v.verifyAt, servedBy: other }))).name).toBe('CardBindingError')
+    expect((await rejectionOf(verifyCard(wire, { now: v.card.expiresAt + 60_001 }))).name).toBe('ExpiredCardError')
+    expect((await rejectionOf(verifyCard(wire, { now: v.card.issuedAt - 60_001 }))).name).toBe('ExpiredCardError')
+  })
+
+  it('capability CIDs', async () => {
+    const deepest = v.capabilities[v.capabilities.length - 1].name
+    expect(capabilityPrefixes(deepest)).toEqual(v.capabilities.map(c => c.name))
+    for (const c of v.capabilities) {
+      expect((await capabilityCid(c.name)).toString()).toBe(c.cid)
+    }
+  })
+
+  it('agent CID', async () => {
+    expect(v.agent.did).toBe(v.identity.did)
+    expect((await agentCid(v.agent.did)).toString()).toBe(v.agent.cid)
+  })
+})

@@ -1,0 +1,91 @@
+/**
+ * Capability discovery across a 50-node network where the asking node holds
+ * no provider record and has no connection to the provider: the lookup must
+ * travel through other peers of the Kademlia DHT.
+ */
+import { sha256 } from 'multiformats/hashes/sha2'
+import { afterEach, describe, expect, it } from 'vitest'
+import { capabilityCid, createInterconnect } from '../packages/interconnect/src/index.js'
+import { startNetwork } from './harness/index.js'
+import type { Interconnect } from '../packages/interconnect/src/index.js'
+import type { Network } from './harness/index.js'
+
+let net: Network | undefined
+let ics: Interconnect[] = []
+
+afterEach(async () => {
+  await Promise.all(ics.map(async ic => ic.stop()))
+  ics = []
+  await net?.stop()
+  net = undefined
+})
+
+/** Kademlia distance between two 32-byte keys, as a bigint */
+function xor (a: Uint8Array, b: Uint8Array): bigint {
+  let out = 0n
+  for (let i = 0; i < a.length; i++) out = (out << 8n) | BigInt(a[i] ^ b[i])
+  return out
+}
+
+async function kadKey (bytes: Uint8Array): Promise<Uint8Array> {
+  return (await sha256.digest(bytes)).digest
+}
+
+async function multiHop (transport: 'memory' | 'tcp', size: number): Promise<void> {
+  net = await startNetwork({ size, transport, topology: 'random', degree: 3 })
+  await net.waitForRoutingTables(2, { timeout: 60_000 })
+  ics = await Promise.all(net.nodes.map(async n => createInterconnect(n, { domain: 'scale.example' })))
+
+  const providerIndex = 0
+  const P = net.nodes[providerIndex]
+  const agent = await ics[providerIndex].host({ key: 'hotel', name: 'Far Hotel', skills: [{ id: 'travel.hotel.booking' }], inbox: () => 'booked' })
+
+  // wait until the provider's announcement of every prefix has completed
+  const cids = await Promise.all(['travel', 'travel.hotel', 'travel.hotel.booking'].map(capabilityCid))
+  for (const cid of cids) {
+    await P.contentRouting.provide(cid, { signal: AbortSignal.timeout(30_000) })
+  }
+
+  // the k = 20 peers closest to the record's key may hold it: ask from the
+  // farthest peer that is not connected to the provider
+  const target = await kadKey(cids[2].multihash.bytes)
+  const distances = await Promise.all(net.nodes.map(async (n, i) => ({ i, d: xor(await kadKey(n.peerId.toMultihash().bytes), target) })))
+  distances.sort((a, b) => (a.d < b.d ? -1 : a.d > b.d ? 1 : 0))
+  const holders = new Set(distances.slice(0, 20).map(x => x.i))
+  const far = distances.map(x => x.i).reverse().filter(i => i !== providerIndex && !holders.has(i))
+  expect(far.length, 'nodes outside the record holders').toBeGreaterThanOrEqual(2)
+  const [askerIndex, otherIndex] = far
+  // the provider's announcement walk may have dialled them: drop those links
+  for (const i of [askerIndex, otherIndex]) {
+    await P.hangUp(net.nodes[i].peerId)
+    await net.nodes[i].hangUp(P.peerId)
+  }
+  const A = net.nodes[askerIndex]
+  expect(A.getConnections(P.peerId)).toHaveLength(0)
+
+  // exact name
+  const exact = await ics[askerIndex].discoverAll({ capability: 'travel.hotel.booking' }, { cache: false, timeout: 20_000 })
+  expect(exact.map(r => r.card.id)).toEqual([agent.did])
+  expect(exact[0].peer).toBe(P.peerId.toString())
+
+  // prefixes, from another far node
+  expect(net.nodes[otherIndex].getConnections(P.peerId)).toHaveLength(0)
+  for (const prefix of ['travel.hotel', 'travel']) {
+    const found = await ics[otherIndex].discoverAll({ capability: prefix }, { cache: false, timeout: 20_000 })
+    expect(found.map(r => r.card.id)).toEqual([agent.did])
+  }
+
+  // and the asker can route to the agent by its id alone
+  expect(await ics[askerIndex].send(agent.did, { nights: 1 })).toBe('booked')
+}
+
+describe('multi-hop capability discovery', () => {
+  it('finds an agent across 50 nodes on the memory transport', async () => {
+    await multiHop('memory', 50)
+  }, 180_000)
+
+  // 30 TCP nodes: beyond k = 20, so the asker can be outside the record holders
+  it('finds an agent across 30 nodes over TCP on 127.0.0.1', async () => {
+    await multiHop('tcp', 30)
+  }, 180_000)
+})

@@ -34,3 +34,5 @@ export {
   NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
   fromRemote
 } from './errors.js'
+export { createGateway } from './gateway.js'
+export type { Gateway, GatewayInit, GatewayRateLimit, GatewayStats, ExportRule } from './gateway.js'

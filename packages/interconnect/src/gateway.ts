@@ -1,0 +1,464 @@
+/**
+ * The agent gateway: the border router of a domain.
+ *
+ * A domain keeps its agents on inner nodes that talk only to the domain (their
+ * own DHT protocol and a connection gater that refuses outside peers). A
+ * gateway is one process with two nodes: `inner` joins the domain network,
+ * `outer` joins the public one. The gateway
+ *
+ * - finds the domain's agents that have exported skills (inner DHT lookups),
+ *   asks their hosts for export cards (signed by the agents, listing only the
+ *   exported skills and the domain's gateways, with no addresses), and
+ *   announces those skills and agent ids on the outer DHT with its outer peer
+ *   as the provider;
+ * - serves the export cards to outside lookups (a card source of `outer`), so
+ *   a skill that is not exported is never seen outside;
+ * - forwards outside messages for exported agents over the inner network
+ *   after checking the export policy (the invoked skill and the caller's
+ *   domain) and the caller's rate.
+ *
+ * Several gateways of one domain serve the same agents (the agents' cards list
+ * all of them), so callers fail over from one to the next.
+ */
+import { peerIdFromString } from '@libp2p/peer-id'
+import { assertCapability, capabilityMatches, capabilityPrefixes } from './capability.js'
+import { verifyCard } from './card.js'
+import { AgentNotHereError, BadRequestError, NotExportedError, RateLimitedError, fromRemote } from './errors.js'
+import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+import type { AgentCard, SignedCard } from './card.js'
+import type { Did } from './identity.js'
+import type { CardQuery, Forwarder, Interconnect } from './interconnect.js'
+
+/** Which skills a gateway exports, and to whom */
+export interface ExportRule {
+  /**
+   * A capability name or prefix (`travel.hotel` exports every skill below it),
+   * or `'*'` for every skill
+   */
+  skill: string
+  /**
+   * Domains whose agents may invoke these skills; `'*'` in the list allows any
+   * caller, including one that sent no card
+   *
+   * @default any domain (the rule does not look at the caller)
+   */
+  domains?: string[]
+}
+
+export interface GatewayRateLimit {
+  /** Requests a caller may make per period (also the burst size) */
+  requests: number
+  /** The period, in ms */
+  per: number
+}
+
+export interface GatewayInit {
+  /** The interconnect of the node in the domain network */
+  inner: Interconnect
+  /** The interconnect of the node in the public network */
+  outer: Interconnect
+  /** The domain this gateway serves; only agents whose cards name it are exported */
+  domain: string
+  /** What is exported; nothing is exported unless a rule covers it */
+  exports: ExportRule[]
+  /**
+   * How many forwarded requests each caller (libp2p peer) may make (a token
+   * bucket per caller)
+   *
+   * @default { requests: 50, per: 1000 }
+   */
+  rateLimit?: GatewayRateLimit
+  /**
+   * How often the gateway looks for the domain's agents and renews their
+   * export cards and announcements, in ms
+   *
+   * @default 30_000
+   */
+  refreshInterval?: number
+  /**
+   * Timeout of one inner lookup (an inner DHT walk or an export request), in ms
+   *
+   * @default 5_000
+   */
+  innerLookupTimeout?: number
+  /**
+   * Per-hop timeout of a message forwarded over the inner network, in ms
+   *
+   * @default 10_000
+   */
+  forwardTimeout?: number
+  /**
+   * Capability prefixes looked up in the domain for `'*'` rules (a DHT lookup
+   * needs a name); agents of inner peers the gateway is connected to are
+   * listed as well
+   *
+   * @default []
+   */
+  innerCapabilities?: string[]
+  /**
+   * Most callers whose rate is tracked at once; the least recently seen are
+   * forgotten beyond this
+   *
+   * @default 10_000
+   */
+  maxCallers?: number
+}
+
+export interface GatewayStats {
+  /** Messages forwarded to inner agents and answered */
+  forwarded: number
+  /** Messages refused (not exported or rate-limited) */
+  refused: number
+  /** Refused because the export policy does not allow them */
+  notExported: number
+  /** Refused because the caller exceeded its rate */
+  rateLimited: number
+  /** Forwarded messages that failed in the domain */
+  failed: number
+  /** Agents currently exported */
+  exportedAgents: number
+  /** When the last refresh finished (ms since the epoch), 0 before the first */
+  lastRefresh: number
+}
+
+export interface Gateway {
+  readonly domain: string
+  /** The export cards served outside now */
+  exported(): SignedCard[]
+  /** Look for the domain's agents now and renew export cards and announcements */
+  refresh(): Promise<void>
+  stats(): GatewayStats
+  /** Stop serving and forwarding and withdraw the announcements (the nodes are left running) */
+  stop(): Promise<void>
+}
+
+const DOMAIN_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/
+
+/** Inner lookups and export requests a refresh runs at once */
+const REFRESH_CONCURRENCY = 8
+
+/** Most inner peers a `'*'` rule lists directly */
+const MAX_LISTED_PEERS = 64
+
+function positive (name: string, value: number, min = 1): number {
+  if (!Number.isFinite(value) || value < min) {
+    throw new BadRequestError(`Invalid gateway option ${name}=${value}`)
+  }
+  return value
+}
+
+async function mapLimit<T> (items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      await fn(items[next++])
+    }
+  }
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker))
+}
+
+/** Token buckets per caller, bounded in number */
+class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number, at: number }>()
+
+  constructor (private readonly requests: number, private readonly per: number, private readonly max: number) {}
+
+  take (caller: string, now = Date.now()): boolean {
+    const b = this.buckets.get(caller)
+    let tokens = this.requests
+    if (b != null) {
+      tokens = Math.min(this.requests, b.tokens + (now - b.at) * this.requests / this.per)
+      // re-insert: the map's order is least recently seen first
+      this.buckets.delete(caller)
+    }
+    const allowed = tokens >= 1
+    this.buckets.set(caller, { tokens: allowed ? tokens - 1 : tokens, at: now })
+    while (this.buckets.size > this.max) {
+      const oldest = this.buckets.keys().next().value as string
+      this.buckets.delete(oldest)
+    }
+    return allowed
+  }
+}
+
+class DefaultGateway implements Gateway {
+  readonly domain: string
+  private readonly inner: Interconnect
+  private readonly outer: Interconnect
+  private readonly rules: ExportRule[]
+  private readonly refreshInterval: number
+  private readonly lookupTimeout: number
+  private readonly forwardTimeout: number
+  private readonly innerCapabilities: string[]
+  private readonly limiter: RateLimiter
+  private readonly self: string
+  /** Export cards by agent id */
+  private cards = new Map<Did, SignedCard>()
+  /** Capability names announced on the outer DHT */
+  private announced = new Set<string>()
+  private timer?: ReturnType<typeof setInterval>
+  private refreshing?: Promise<void>
+  private stopped = false
+  private readonly counters = { forwarded: 0, notExported: 0, rateLimited: 0, failed: 0, lastRefresh: 0 }
+
+  constructor (init: GatewayInit) {
+    if (init.inner == null || init.outer == null || init.inner === init.outer || init.inner.peerId.equals(init.outer.peerId)) {
+      throw new BadRequestError('A gateway needs two interconnects on two different nodes (inner and outer)')
+    }
+    if (typeof init.domain !== 'string' || init.domain.length > 253 || !DOMAIN_NAME.test(init.domain)) {
+      throw new BadRequestError(`Invalid gateway domain "${String(init.domain).slice(0, 80)}"`)
+    }
+    if (!Array.isArray(init.exports)) throw new BadRequestError('Gateway exports must be a list of rules')
+    for (const rule of init.exports) {
+      if (rule == null || typeof rule.skill !== 'string') throw new BadRequestError('An export rule needs a skill')
+      if (rule.skill !== '*') {
+        try { assertCapability(rule.skill) } catch { throw new BadRequestError(`Export rule skill "${rule.skill.slice(0, 80)}" is not a capability name`) }
+      }
+      if (rule.domains != null && (!Array.isArray(rule.domains) || !rule.domains.every(d => d === '*' || (typeof d === 'string' && DOMAIN_NAME.test(d))))) {
+        throw new BadRequestError(`Export rule domains of "${rule.skill}" must be domain names or '*'`)
+      }
+    }
+    for (const c of init.innerCapabilities ?? []) {
+      try { assertCapability(c) } catch { throw new BadRequestError(`innerCapabilities entry "${String(c).slice(0, 80)}" is not a capability name`) }
+    }
+    const rate = init.rateLimit ?? { requests: 50, per: 1000 }
+    this.domain = init.domain
+    this.inner = init.inner
+    this.outer = init.outer
+    this.rules = init.exports.map(r => ({ skill: r.skill, ...(r.domains != null ? { domains: [...r.domains] } : {}) }))
+    this.refreshInterval = positive('refreshInterval', init.refreshInterval ?? 30_000, 100)
+    this.lookupTimeout = positive('innerLookupTimeout', init.innerLookupTimeout ?? 5_000)
+    this.forwardTimeout = positive('forwardTimeout', init.forwardTimeout ?? 10_000)
+    this.innerCapabilities = [...(init.innerCapabilities ?? [])]
+    this.limiter = new RateLimiter(
+      positive('rateLimit.requests', rate.requests),
+      positive('rateLimit.per', rate.per),
+      positive('maxCallers', init.maxCallers ?? 10_000)
+    )
+    this.self = this.outer.peerId.toString()
+  }
+
+  async start (): Promise<void> {
+    this.outer.addCardSource(async (query) => this.serveCards(query))
+    this.outer.setForwarder(this.forward)
+    await this.refresh()
+    if (this.stopped) return
+    this.timer = setInterval(() => { this.refresh().catch(() => {}) }, this.refreshInterval)
+    this.timer.unref?.()
+  }
+
+  async stop (): Promise<void> {
+    if (this.stopped) return
+    this.stopped = true
+    clearInterval(this.timer)
+    this.outer.setForwarder(undefined)
+    await this.refreshing?.catch(() => {})
+    const cards = this.cards
+    this.cards = new Map()
+    await this.apply(new Map(), cards)
+  }
+
+  exported (): SignedCard[] {
+    return [...this.cards.values()]
+  }
+
+  stats (): GatewayStats {
+    const { forwarded, notExported, rateLimited, failed, lastRefresh } = this.counters
+    return { forwarded, refused: notExported + rateLimited, notExported, rateLimited, failed, exportedAgents: this.cards.size, lastRefresh }
+  }
+
+  // ---- policy -----------------------------------------------------------
+
+  /** Is the skill covered by some rule (for any caller)? */
+  private isExported (skill: string): boolean {
+    return this.rules.some(r => r.skill === '*' || capabilityMatches(r.skill, skill))
+  }
+
+  /** Is the skill covered by a rule that allows a caller of this domain? */
+  private allows (skill: string, callerDomain: string | undefined): boolean {
+    return this.rules.some(r => {
+      if (r.skill !== '*' && !capabilityMatches(r.skill, skill)) return false
+      if (r.domains == null || r.domains.includes('*')) return true
+      return callerDomain != null && r.domains.includes(callerDomain)
+    })
+  }
+
+  // ---- serving cards ------------------------------------------------------
+
+  private serveCards (query: CardQuery): SignedCard[] {
+    if (this.stopped) return []
+    const now = Date.now()
+    const limit = Math.min(query.limit ?? MAX_CARDS_PER_LIST, MAX_CARDS_PER_LIST)
+    const wanted = query.agents != null ? new Set(query.agents) : undefined
+    const out: SignedCard[] = []
+    for (const signed of this.cards.values()) {
+      if (out.length >= limit) break
+      const card = signed.card
+      if (card.expiresAt <= now) continue
+      if (wanted != null && !wanted.has(card.id)) continue
+      if (query.prefix != null && !card.skills.some(s => capabilityMatches(query.prefix as string, s.id))) continue
+      out.push(signed)
+    }
+    return out
+  }
+
+  // ---- forwarding ---------------------------------------------------------
+
+  private readonly forward: Forwarder = async (msg, ctx) => {
+    if (this.stopped) return undefined
+    const signed = this.cards.get(msg.to)
+    if (signed == null) return undefined
+
+    // the caller: its peer is authenticated by the connection; its domain comes
+    // from its card, which the interconnect verified and bound to that peer
+    const callerDomain = msg.fromCard?.domain
+    if (msg.skill == null) {
+      this.counters.notExported++
+      throw new NotExportedError('A message through a gateway must name the skill it invokes')
+    }
+    const skill = msg.skill
+    const offered = signed.card.skills.some(s => capabilityMatches(s.id, skill))
+    if (!offered || !this.allows(skill, callerDomain)) {
+      this.counters.notExported++
+      throw new NotExportedError(`Skill ${skill} of ${msg.to} is not exported to ${callerDomain != null ? `domain ${callerDomain}` : 'callers without a card'}`)
+    }
+    if (!this.limiter.take(msg.peer)) {
+      this.counters.rateLimited++
+      throw new RateLimitedError(`Peer ${msg.peer} exceeded the gateway's rate limit`)
+    }
+    try {
+      const body = await this.inner.send(msg.to, msg.body, { skill, timeout: this.forwardTimeout, signal: ctx.signal })
+      this.counters.forwarded++
+      return { body: body ?? null }
+    } catch (err) {
+      this.counters.failed++
+      throw err
+    }
+  }
+
+  // ---- refresh ------------------------------------------------------------
+
+  async refresh (): Promise<void> {
+    if (this.stopped) return
+    this.refreshing ??= this.doRefresh().finally(() => { this.refreshing = undefined })
+    return this.refreshing
+  }
+
+  private async doRefresh (): Promise<void> {
+    const found = await this.findInnerAgents()
+    // agents exported before but not found now: ask their hosts again, so a
+    // lookup that missed them does not withdraw them
+    for (const [did, signed] of this.cards) {
+      if (!found.has(did)) found.set(did, signed.card)
+    }
+    const next = new Map<Did, SignedCard>()
+    await mapLimit([...found.values()], REFRESH_CONCURRENCY, async (card) => {
+      const signed = await this.requestExport(card).catch(() => undefined)
+      if (signed != null) next.set(card.id, signed)
+    })
+    if (this.stopped) return
+    const previous = this.cards
+    this.cards = next
+    await this.apply(next, previous)
+    this.counters.lastRefresh = Date.now()
+  }
+
+  /** Inner cards of this domain's agents that have at least one exported skill */
+  private async findInnerAgents (): Promise<Map<Did, AgentCard>> {
+    const found = new Map<Did, AgentCard>()
+    const self = this.inner.peerId.toString()
+    const add = (card: AgentCard): void => {
+      if (card.domain !== this.domain || card.peer === self) return
+      if (!card.skills.some(s => this.isExported(s.id))) return
+      const known = found.get(card.id)
+      if (known == null || known.issuedAt < card.issuedAt) found.set(card.id, card)
+    }
+
+    const wildcard = this.rules.some(r => r.skill === '*')
+    const names = new Set(this.rules.filter(r => r.skill !== '*').map(r => r.skill))
+    if (wildcard) {
+      for (const c of this.innerCapabilities) names.add(c)
+    }
+    await mapLimit([...names], REFRESH_CONCURRENCY, async (capability) => {
+      try {
+        for (const r of await this.inner.discoverAll({ capability }, { timeout: this.lookupTimeout, cache: false })) {
+          if (!r.local) add(r.card)
+        }
+      } catch {
+        // this lookup failed; the others still count
+      }
+    })
+    if (wildcard) {
+      const peers = this.inner.node.getPeers().slice(0, MAX_LISTED_PEERS)
+      await mapLimit(peers, REFRESH_CONCURRENCY, async (peer) => {
+        try {
+          for (const signed of await this.inner.fetchCards(peer, {}, { timeout: this.lookupTimeout })) add(signed.card)
+        } catch {
+          // a peer without the card protocol, or unreachable
+        }
+      })
+    }
+    return found
+  }
+
+  /** Ask an agent's host for its export card and check it */
+  private async requestExport (card: AgentCard): Promise<SignedCard | undefined> {
+    const skills = card.skills.filter(s => this.isExported(s.id)).map(s => s.id)
+    const gateways = card.gateways ?? []
+    // the agent's card must list this gateway, or outside peers would not accept it from us
+    if (skills.length === 0 || !gateways.includes(this.self)) return undefined
+    const answer = await this.inner.node.services.messaging.request<{ card?: unknown }>(
+      peerIdFromString(card.peer), CARD_PROTOCOL, 'export',
+      { agent: card.id, skills, gateways },
+      { timeout: this.lookupTimeout }
+    ).catch((err: unknown) => { throw fromRemote(err) })
+    const signed = await verifyCard(answer?.card, { servedBy: this.self })
+    const c = signed.card
+    if (c.id !== card.id || c.peer !== card.peer || c.domain !== this.domain) {
+      throw new AgentNotHereError(`Export card of ${card.id} does not match the agent`)
+    }
+    if (c.addrs.length > 0 || !c.skills.every(s => skills.includes(s.id))) {
+      throw new NotExportedError(`Export card of ${card.id} reveals more than was exported`)
+    }
+    return signed
+  }
+
+  /** Announce what `next` exports and withdraw what only `previous` did */
+  private async apply (next: Map<Did, SignedCard>, previous: Map<Did, SignedCard>): Promise<void> {
+    const names = new Set<string>()
+    if (!this.stopped) {
+      for (const signed of next.values()) {
+        for (const s of signed.card.skills) {
+          for (const p of capabilityPrefixes(s.id)) names.add(p)
+        }
+      }
+    }
+    const tasks: Array<Promise<void>> = []
+    for (const name of names) {
+      if (!this.announced.has(name)) tasks.push(this.outer.announce(name))
+    }
+    for (const name of this.announced) {
+      if (!names.has(name)) tasks.push(this.outer.withdraw(name))
+    }
+    this.announced = names
+    for (const did of next.keys()) {
+      if (!previous.has(did)) tasks.push(this.outer.announceAgent(did))
+    }
+    for (const did of previous.keys()) {
+      if (!next.has(did)) tasks.push(this.outer.withdrawAgent(did))
+    }
+    await Promise.allSettled(tasks)
+  }
+}
+
+/**
+ * Start a gateway between a domain's inner network and the public network:
+ * it looks for the domain's exported agents at once (and every
+ * `refreshInterval`), serves their export cards on `outer` and forwards
+ * messages for them over `inner`. Uses `outer`'s card source and forwarder.
+ */
+export async function createGateway (init: GatewayInit): Promise<Gateway> {
+  const gateway = new DefaultGateway(init)
+  await gateway.start()
+  return gateway
+}

@@ -207,3 +207,54 @@ export function errorToWire (err: unknown, maxMessageLength: number): { code: st
 
   return { code, message }
 }
+
+/** A class of error with a fixed wire code */
+export interface CodedErrorClass<E extends Error & { code: string }> {
+  new (message?: string, options?: ErrorOptions): E
+  readonly code: string
+}
+
+/**
+ * A family of coded error classes sharing one base class, as the upper layers
+ * define them: `define()` makes a named class per code, and `fromRemote()`
+ * turns an error received from a peer (a {@link RemoteError} with one of the
+ * family's codes) back into its class, with `remote === true`.
+ */
+export class ErrorFamily<E extends Error & { code: string }> {
+  private readonly byCode = new Map<string, CodedErrorClass<E>>()
+  private readonly Base: new (code: string, message: string, options?: ErrorOptions) => E
+
+  constructor (Base: new (code: string, message: string, options?: ErrorOptions) => E) {
+    this.Base = Base
+  }
+
+  define (name: string, code: string, fallback: string): CodedErrorClass<E> {
+    if (!ERROR_CODE_PATTERN.test(code) || this.byCode.has(code)) {
+      throw new InvalidArgumentError(`Invalid or duplicate error code ${code}`)
+    }
+    const Base = this.Base as unknown as new (code: string, message: string, options?: ErrorOptions) => Error & { code: string }
+    const C = class extends Base {
+      static override name = name
+      static code = code
+      constructor (message = fallback, options?: ErrorOptions) {
+        super(code, message, options)
+        this.name = name
+      }
+    }
+    this.byCode.set(code, C as unknown as CodedErrorClass<E>)
+    return C as unknown as CodedErrorClass<E>
+  }
+
+  fromRemote (err: unknown): unknown {
+    const e = err as { code?: unknown, remote?: unknown, message?: string } | undefined
+    if (e?.remote === true && typeof e.code === 'string') {
+      const C = this.byCode.get(e.code)
+      if (C != null) {
+        const out = new C(e.message, { cause: err })
+        ;(out as E & { remote: boolean }).remote = true
+        return out
+      }
+    }
+    return err
+  }
+}

@@ -22,10 +22,12 @@ export type {
   RequestContext, RequestOptions, UnaryHandler, StreamingHandler
 } from './messaging.js'
 export { encodeFrame, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
+export type { CodedErrorClass } from './errors.js'
 export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
   TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
-  InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN
+  InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
+  ErrorFamily
 } from './errors.js'
 export { openDatastore } from './node.js'

@@ -76,40 +76,92 @@ const ALLOWED_KEYS: Record<number, ReadonlySet<string>> = {
   [FrameType.CREDIT]: new Set(['t', 'i', 'n'])
 }
 
+const utf8 = new TextEncoder()
+
+/** CBOR head: major type and argument, in the shortest form (RFC 8949 §3) */
+function head (major: number, n: number): Uint8Array {
+  const m = major << 5
+  if (n < 24) return Uint8Array.of(m | n)
+  if (n <= 0xff) return Uint8Array.of(m | 24, n)
+  if (n <= 0xffff) return Uint8Array.of(m | 25, n >> 8, n & 0xff)
+  if (n <= 0xffffffff) return Uint8Array.of(m | 26, n >>> 24, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff)
+  const out = new Uint8Array(9)
+  out[0] = m | 27
+  new DataView(out.buffer).setBigUint64(1, BigInt(n))
+  return out
+}
+
+function text (s: string): Uint8Array[] {
+  const bytes = utf8.encode(s)
+  return [head(3, bytes.length), bytes]
+}
+
+/** The envelope's one-letter keys as CBOR text strings */
+const KEY: Record<string, Uint8Array> = Object.fromEntries(
+  ['c', 'd', 'e', 'i', 'm', 'n', 'p', 't'].map(k => [k, Uint8Array.of(0x61, k.charCodeAt(0))])
+)
+
+function payloadBytes (payload: unknown): Uint8Array {
+  try {
+    return dagCbor.encode(payload ?? null)
+  } catch (err: any) {
+    throw new MalformedFrameError(`Payload cannot be encoded as DAG-CBOR: ${err?.message ?? err}`, { cause: err })
+  }
+}
+
 /**
- * Encode a frame body (without its length prefix)
+ * Encode a frame body (without its length prefix).
+ *
+ * The result is exactly the DAG-CBOR encoding of the envelope map; the fixed
+ * envelope fields are written directly (keys in DAG-CBOR order: c, d, e, i,
+ * m, n, p, t) and only the payload goes through the generic encoder.
  */
 export function encodeFrame (frame: Frame): Uint8Array {
-  const m: Record<string, unknown> = { t: frame.type, i: frame.id }
+  // [key, value parts], in canonical key order
+  const fields: Array<[string, Uint8Array[]]> = []
 
   switch (frame.type) {
     case FrameType.REQUEST:
     case FrameType.STREAM_REQUEST:
-      m.m = frame.method
-      m.p = frame.payload ?? null
-      if (frame.timeout != null) m.d = frame.timeout
-      if (frame.type === FrameType.STREAM_REQUEST && frame.credit != null) m.n = frame.credit
+      if (frame.timeout != null) fields.push(['d', [head(0, frame.timeout)]])
+      fields.push(['i', [head(0, frame.id)]])
+      fields.push(['m', text(frame.method)])
+      if (frame.type === FrameType.STREAM_REQUEST && frame.credit != null) fields.push(['n', [head(0, frame.credit)]])
+      fields.push(['p', [payloadBytes(frame.payload)]])
       break
     case FrameType.RESPONSE:
     case FrameType.ITEM:
-      m.p = frame.payload ?? null
+      fields.push(['i', [head(0, frame.id)]])
+      fields.push(['p', [payloadBytes(frame.payload)]])
       break
     case FrameType.ERROR:
-      m.c = frame.code
-      m.e = frame.message
+      fields.push(['c', text(frame.code)])
+      fields.push(['e', text(frame.message)])
+      fields.push(['i', [head(0, frame.id)]])
       break
     case FrameType.CREDIT:
-      m.n = frame.credit
+      fields.push(['i', [head(0, frame.id)]])
+      fields.push(['n', [head(0, frame.credit)]])
       break
     default:
+      fields.push(['i', [head(0, frame.id)]])
       break
   }
+  fields.push(['t', [head(0, frame.type)]])
 
-  try {
-    return dagCbor.encode(m)
-  } catch (err: any) {
-    throw new MalformedFrameError(`Payload cannot be encoded as DAG-CBOR: ${err?.message ?? err}`, { cause: err })
+  const parts: Uint8Array[] = [head(5, fields.length)]
+  for (const [key, value] of fields) {
+    parts.push(KEY[key], ...value)
   }
+  let length = 0
+  for (const p of parts) length += p.length
+  const out = new Uint8Array(length)
+  let offset = 0
+  for (const p of parts) {
+    out.set(p, offset)
+    offset += p.length
+  }
+  return out
 }
 
 function isUint (v: unknown, max = MAX_ID): v is number {

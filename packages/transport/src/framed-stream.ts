@@ -11,6 +11,20 @@ import { MalformedFrameError, PayloadTooLargeError, StreamClosedError } from './
 import type { Frame } from './codec.js'
 import type { Logger, Stream } from '@libp2p/interface'
 
+/**
+ * The decoder asks for a length after every chunk, usually of an empty buffer;
+ * answer "need more bytes" with one shared RangeError instead of building a
+ * new error (and stack trace) each time
+ */
+const NEED_MORE = new RangeError('need more bytes')
+
+function decodeLength (buf: Uint8ArrayList | Uint8Array): number {
+  if (buf.byteLength === 0) {
+    throw NEED_MORE
+  }
+  return varint.decode(buf)
+}
+
 /** How long a graceful close may take before the stream is reset */
 const CLOSE_TIMEOUT = 5_000
 
@@ -36,6 +50,7 @@ export class FramedStream {
     this.init = init
     this.decoder = new LengthPrefixedDecoder({
       maxDataLength: init.maxFrameSize,
+      lengthDecoder: decodeLength,
       // a partial frame plus one muxer chunk
       maxBufferSize: init.maxFrameSize + 1_048_576
     })
@@ -129,6 +144,27 @@ export class FramedStream {
         throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
       }
     }
+  }
+
+  /**
+   * Write an encoded frame. Returns `undefined` when the stream took it at
+   * once (the common case, no promise made), or a promise that settles when
+   * the send buffer has drained or the write failed.
+   */
+  send (bytes: Uint8ArrayList): Promise<void> | undefined {
+    if (!this.isOpen) {
+      return Promise.reject(new StreamClosedError('Stream is not open'))
+    }
+    try {
+      if (this.stream.send(bytes)) {
+        return undefined
+      }
+    } catch (err: any) {
+      return Promise.reject(new StreamClosedError(`Stream not writable: ${err?.message ?? err}`, { cause: err }))
+    }
+    return this.stream.onDrain().catch((err: any) => {
+      throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
+    })
   }
 
   /**

@@ -224,6 +224,54 @@ function targetPeer (target: MessageTarget): string | undefined {
 }
 
 /**
+ * Calls `onIdle` once nothing happened for `ms` while `isIdle()` holds. Hot
+ * paths only record the time (`touch`); one timer re-arms itself, instead of
+ * a timer being cleared and created for every request.
+ */
+class IdleWatch {
+  private last = Date.now()
+  private timer?: ReturnType<typeof setTimeout>
+  private readonly ms: number
+  private readonly isIdle: () => boolean
+  private readonly onIdle: () => void
+
+  constructor (ms: number, isIdle: () => boolean, onIdle: () => void) {
+    this.ms = ms
+    this.isIdle = isIdle
+    this.onIdle = onIdle
+    this.schedule(ms)
+  }
+
+  touch (): void {
+    this.last = Date.now()
+  }
+
+  private schedule (delay: number): void {
+    this.timer = setTimeout(() => { this.check() }, delay)
+    this.timer.unref?.()
+  }
+
+  private check (): void {
+    const elapsed = Date.now() - this.last
+    if (elapsed >= this.ms) {
+      if (this.isIdle()) {
+        this.timer = undefined
+        this.onIdle()
+        return
+      }
+      this.schedule(this.ms)
+      return
+    }
+    this.schedule(this.ms - elapsed)
+  }
+
+  stop (): void {
+    clearTimeout(this.timer)
+    this.timer = undefined
+  }
+}
+
+/**
  * One outbound stream to a peer for one protocol, carrying many requests
  */
 class OutboundChannel {
@@ -234,7 +282,7 @@ class OutboundChannel {
   private nextId = 1
   private inFlight = 0
   private readonly waiters: Array<() => void> = []
-  private idleTimer?: ReturnType<typeof setTimeout>
+  private readonly idle: IdleWatch
 
   constructor (key: string, stream: Stream, owner: DefaultMessaging) {
     this.key = key
@@ -252,11 +300,22 @@ class OutboundChannel {
       },
       onClose: (err) => { this.onClose(err) }
     })
-    this.armIdle()
+    this.idle = new IdleWatch(owner.opts.outboundIdleTimeout, () => this.inFlight === 0 && this.calls.size === 0, () => {
+      this.framed.close()
+    })
   }
 
   get pending (): number {
     return this.calls.size
+  }
+
+  /** Take a request slot if one is free right now */
+  tryAcquire (): boolean {
+    if (this.inFlight >= this.owner.opts.maxInFlightPerPeer) {
+      return false
+    }
+    this.inFlight++
+    return true
   }
 
   get isOpen (): boolean {
@@ -269,15 +328,12 @@ class OutboundChannel {
       await raceSignal(new Promise<void>(resolve => { this.waiters.push(resolve) }), signal)
     }
     this.inFlight++
-    this.disarmIdle()
   }
 
   release (): void {
     this.inFlight--
+    this.idle.touch()
     this.waiters.shift()?.()
-    if (this.inFlight === 0) {
-      this.armIdle()
-    }
   }
 
   newId (): number {
@@ -353,7 +409,7 @@ class OutboundChannel {
   }
 
   private onClose (err?: Error): void {
-    this.disarmIdle()
+    this.idle.stop()
     this.owner.channelClosed(this)
     const reason = err instanceof Error && (err as MessagingError).code != null
       ? err
@@ -367,34 +423,62 @@ class OutboundChannel {
     }
   }
 
-  private armIdle (): void {
-    this.disarmIdle()
-    this.idleTimer = setTimeout(() => {
-      if (this.inFlight === 0 && this.calls.size === 0) {
-        this.framed.close()
-      }
-    }, this.owner.opts.outboundIdleTimeout)
-    this.idleTimer.unref?.()
-  }
-
-  private disarmIdle (): void {
-    if (this.idleTimer != null) {
-      clearTimeout(this.idleTimer)
-      this.idleTimer = undefined
-    }
-  }
-
   close (err: Error): void {
     this.framed.abort(err)
   }
 }
 
-interface ActiveRequest {
-  controller: AbortController
+/**
+ * A request being served. Its AbortController is made only when someone asks
+ * for the signal, so a quick handler that never looks at it costs nothing.
+ */
+class ActiveRequest {
   credit: number
   wakeCredit?: () => void
-  /** the requester sent CANCEL: send nothing more for this id */
-  canceled: boolean
+  /** the requester is gone or canceled: send nothing more for this id */
+  canceled = false
+  /** why the request was stopped */
+  reason?: Error
+  /** settles a pending race against the handler */
+  onStop?: (reason: Error) => void
+  private controller?: AbortController
+
+  constructor (credit: number) {
+    this.credit = credit
+  }
+
+  get signal (): AbortSignal {
+    if (this.controller == null) {
+      this.controller = new AbortController()
+      if (this.reason != null) this.controller.abort(this.reason)
+    }
+    return this.controller.signal
+  }
+
+  stop (reason: Error, canceled: boolean): void {
+    if (this.reason != null) return
+    this.reason = reason
+    if (canceled) this.canceled = true
+    this.controller?.abort(reason)
+    this.onStop?.(reason)
+  }
+
+  /** Wait for a promise unless the request is stopped first */
+  async race<T> (value: Promise<T>): Promise<T> {
+    if (this.reason != null) throw this.reason
+    try {
+      return await new Promise<T>((resolve, reject) => {
+        this.onStop = reject
+        value.then(resolve, reject)
+      })
+    } finally {
+      this.onStop = undefined
+    }
+  }
+}
+
+function isPromiseLike (value: unknown): value is PromiseLike<unknown> {
+  return value != null && typeof (value as { then?: unknown }).then === 'function'
 }
 
 /**
@@ -407,7 +491,7 @@ class InboundSession {
   private readonly connection: Connection
   private readonly peerKey: string
   private readonly active = new Map<number, ActiveRequest>()
-  private idleTimer?: ReturnType<typeof setTimeout>
+  private readonly idle: IdleWatch
 
   constructor (protocol: string, stream: Stream, connection: Connection, owner: DefaultMessaging) {
     this.owner = owner
@@ -419,17 +503,20 @@ class InboundSession {
       log: owner.log,
       onFrame: (frame) => { this.onFrame(frame) },
       onBadFrame: (err, id) => {
-        const req = this.active.get(id)
-        if (req != null) {
-          // the request is broken: stop its handler, send nothing more for it
-          req.canceled = true
-          req.controller.abort(err)
-        }
+        // the request is broken: stop its handler, send nothing more for it
+        this.active.get(id)?.stop(err, true)
         this.sendError(id, err)
       },
       onClose: () => { this.onClose() }
     })
-    this.armIdle()
+    this.idle = new IdleWatch(owner.opts.idleTimeout, () => this.active.size === 0, () => {
+      this.owner.log('closing idle inbound stream from %s', this.peerKey)
+      this.sendError(0, new TimeoutError(`No request for ${this.owner.opts.idleTimeout} ms`))
+      this.framed.close()
+      // a peer that does not read cannot stall our close for long
+      const hardStop = setTimeout(() => { this.framed.abort(new TimeoutError('Idle stream')) }, 1_000)
+      hardStop.unref?.()
+    })
   }
 
   get activeCount (): number {
@@ -446,21 +533,16 @@ class InboundSession {
   }
 
   private onFrame (frame: Frame): void {
-    this.armIdle()
+    this.idle.touch()
 
     switch (frame.type) {
       case FrameType.REQUEST:
       case FrameType.STREAM_REQUEST:
         this.onRequest(frame)
         break
-      case FrameType.CANCEL: {
-        const req = this.active.get(frame.id)
-        if (req != null) {
-          req.canceled = true
-          req.controller.abort(new CanceledError('Canceled by requester'))
-        }
+      case FrameType.CANCEL:
+        this.active.get(frame.id)?.stop(new CanceledError('Canceled by requester'), true)
         break
-      }
       case FrameType.CREDIT: {
         const req = this.active.get(frame.id)
         if (req != null) {
@@ -503,35 +585,32 @@ class InboundSession {
       return
     }
 
-    const req: ActiveRequest = {
-      controller: new AbortController(),
-      credit: Math.min(frame.credit ?? this.owner.opts.streamWindow, MAX_WINDOW),
-      canceled: false
-    }
+    const req = new ActiveRequest(Math.min(frame.credit ?? this.owner.opts.streamWindow, MAX_WINDOW))
     this.active.set(frame.id, req)
-    this.disarmIdle()
 
+    const connection = this.connection
+    const protocol = this.protocol
     const context: RequestContext = {
-      peer: this.connection.remotePeer,
-      connection: this.connection,
-      protocol: this.protocol,
+      peer: connection.remotePeer,
+      connection,
+      protocol,
       method: frame.method,
-      signal: req.controller.signal
+      get signal () { return req.signal }
     }
 
-    const run = handler.kind === 'unary'
-      ? this.runUnary(frame, handler.fn, req, context)
-      : this.runStream(frame, handler.fn, req, context)
-
-    run.catch((err) => {
-      this.owner.log.error('handler bookkeeping failed - %e', err)
-    }).finally(() => {
+    const done = (): void => {
       this.active.delete(frame.id)
       this.owner.releaseSlot(this.peerKey)
-      if (this.active.size === 0) {
-        this.armIdle()
-      }
-    })
+      this.idle.touch()
+    }
+
+    if (handler.kind === 'unary') {
+      this.runUnary(frame, handler.fn, req, context, done)
+      return
+    }
+    this.runStream(frame, handler.fn, req, context).catch((err) => {
+      this.owner.log.error('handler bookkeeping failed - %e', err)
+    }).finally(done)
   }
 
   private timeLimit (frame: RequestFrame): number {
@@ -539,41 +618,72 @@ class InboundSession {
     return frame.timeout != null && frame.timeout > 0 ? Math.min(own, frame.timeout) : own
   }
 
-  private async runUnary (frame: RequestFrame, fn: UnaryHandler, req: ActiveRequest, context: RequestContext): Promise<void> {
+  private respond (frame: RequestFrame, req: ActiveRequest, result: unknown, done: () => void): void {
+    if (req.canceled) {
+      done()
+      return
+    }
+    let bytes
+    try {
+      bytes = this.framed.encode({ type: FrameType.RESPONSE, id: frame.id, payload: result ?? null })
+    } catch (err: any) {
+      this.sendError(frame.id, err instanceof PayloadTooLargeError
+        ? err
+        : new HandlerError(`Handler result cannot be encoded: ${err?.message ?? err}`))
+      done()
+      return
+    }
+    const pending = this.framed.send(bytes)
+    if (pending == null) {
+      done()
+      return
+    }
+    pending.catch((err: any) => {
+      this.owner.log('could not write response - %s', err?.message ?? err)
+    }).finally(done)
+  }
+
+  private fail (frame: RequestFrame, req: ActiveRequest, err: unknown, done: () => void): void {
+    if (!req.canceled) {
+      this.sendError(frame.id, errorToWire(err, MAX_ERROR_MESSAGE))
+    }
+    done()
+  }
+
+  /**
+   * Run a unary handler. A handler that answers synchronously is answered at
+   * once; only a pending promise gets a timer and a race against cancellation.
+   */
+  private runUnary (frame: RequestFrame, fn: UnaryHandler, req: ActiveRequest, context: RequestContext, done: () => void): void {
+    let result: unknown
+    try {
+      result = fn(frame.payload, context)
+    } catch (err) {
+      this.fail(frame, req, err, done)
+      return
+    }
+    if (!isPromiseLike(result)) {
+      this.respond(frame, req, result, done)
+      return
+    }
+
     const limit = this.timeLimit(frame)
     const timer = setTimeout(() => {
-      req.controller.abort(new TimeoutError(`Handler exceeded ${limit} ms`))
+      req.stop(new TimeoutError(`Handler exceeded ${limit} ms`), false)
     }, limit)
-
-    try {
-      const result = await raceSignal(Promise.resolve().then(() => fn(frame.payload, context)), req.controller.signal)
-      let bytes
-      try {
-        bytes = this.framed.encode({ type: FrameType.RESPONSE, id: frame.id, payload: result ?? null })
-      } catch (err: any) {
-        this.sendError(frame.id, err instanceof PayloadTooLargeError
-          ? err
-          : new HandlerError(`Handler result cannot be encoded: ${err?.message ?? err}`))
-        return
-      }
-      await this.framed.write(bytes)
-    } catch (err: any) {
-      if (!req.canceled) {
-        this.sendError(frame.id, errorToWire(err, MAX_ERROR_MESSAGE))
-      }
-    } finally {
-      clearTimeout(timer)
-    }
+    req.race(Promise.resolve(result)).then(
+      (value) => { clearTimeout(timer); this.respond(frame, req, value, done) },
+      (err) => { clearTimeout(timer); this.fail(frame, req, err, done) }
+    )
   }
 
   private async runStream (frame: RequestFrame, fn: StreamingHandler, req: ActiveRequest, context: RequestContext): Promise<void> {
     const limit = this.timeLimit(frame)
-    const signal = req.controller.signal
     let timer: ReturnType<typeof setTimeout> | undefined
     const rearm = (): void => {
       clearTimeout(timer)
       timer = setTimeout(() => {
-        req.controller.abort(new TimeoutError(`Streaming handler idle for ${limit} ms`))
+        req.stop(new TimeoutError(`Streaming handler idle for ${limit} ms`), false)
       }, limit)
     }
     rearm()
@@ -586,12 +696,12 @@ class InboundSession {
         : source[Symbol.iterator]()
 
       while (true) {
-        const next = await raceSignal(Promise.resolve(iterator.next()), signal)
+        const next = await req.race(Promise.resolve(iterator.next()))
         if (next.done === true) {
           break
         }
         while (req.credit <= 0) {
-          await raceSignal(new Promise<void>(resolve => { req.wakeCredit = resolve }), signal)
+          await req.race(new Promise<void>(resolve => { req.wakeCredit = resolve }))
           req.wakeCredit = undefined
         }
         req.credit--
@@ -601,7 +711,7 @@ class InboundSession {
         } catch (err: any) {
           throw err instanceof PayloadTooLargeError ? err : new HandlerError(`Stream item cannot be encoded: ${err?.message ?? err}`)
         }
-        await this.framed.write(item, signal)
+        await req.race(this.framed.write(item))
         rearm()
       }
       this.framed.sendFrameNow({ type: FrameType.END, id: frame.id })
@@ -617,37 +727,11 @@ class InboundSession {
   }
 
   private onClose (): void {
-    this.disarmIdle()
+    this.idle.stop()
     for (const req of this.active.values()) {
-      req.canceled = true
-      req.controller.abort(new StreamClosedError('Inbound stream closed'))
+      req.stop(new StreamClosedError('Inbound stream closed'), true)
     }
     this.owner.sessionClosed(this)
-  }
-
-  private armIdle (): void {
-    this.disarmIdle()
-    if (this.active.size > 0) {
-      return
-    }
-    this.idleTimer = setTimeout(() => {
-      if (this.active.size === 0) {
-        this.owner.log('closing idle inbound stream from %s', this.peerKey)
-        this.sendError(0, new TimeoutError(`No request for ${this.owner.opts.idleTimeout} ms`))
-        this.framed.close()
-        // a peer that does not read cannot stall our close for long
-        const hardStop = setTimeout(() => { this.framed.abort(new TimeoutError('Idle stream')) }, 1_000)
-        hardStop.unref?.()
-      }
-    }, this.owner.opts.idleTimeout)
-    this.idleTimer.unref?.()
-  }
-
-  private disarmIdle (): void {
-    if (this.idleTimer != null) {
-      clearTimeout(this.idleTimer)
-      this.idleTimer = undefined
-    }
   }
 
   close (err: Error): void {
@@ -853,12 +937,7 @@ class DefaultMessaging implements Messaging, Startable {
    * Combine the caller's signal with the call's timeout
    */
   private guard (options: RequestOptions, what: string): { signal: AbortSignal, timeout: number, done(): void } {
-    const requested = options.timeout ?? this.opts.requestTimeout
-    if (typeof requested !== 'number' || Number.isNaN(requested) || requested <= 0) {
-      throw new InvalidArgumentError(`Invalid timeout ${requested}`)
-    }
-    // whole milliseconds, within what setTimeout can wait
-    const timeout = Math.min(Math.ceil(requested), MAX_TIMEOUT)
+    const timeout = this.timeoutOf(options)
     const controller = new AbortController()
     const timer = setTimeout(() => {
       controller.abort(new TimeoutError(`${what} timed out after ${timeout} ms`))
@@ -882,61 +961,98 @@ class DefaultMessaging implements Messaging, Startable {
     }
   }
 
+  /** A call's timeout in whole ms, within what setTimeout can wait */
+  private timeoutOf (options: RequestOptions): number {
+    const requested = options.timeout ?? this.opts.requestTimeout
+    if (typeof requested !== 'number' || Number.isNaN(requested) || requested <= 0) {
+      throw new InvalidArgumentError(`Invalid timeout ${requested}`)
+    }
+    return Math.min(Math.ceil(requested), MAX_TIMEOUT)
+  }
+
   async request<T = unknown> (target: MessageTarget, protocol: string, method: string, payload: unknown = null, options: RequestOptions = {}): Promise<T> {
     if (!this.started) {
       throw new NotStartedError()
     }
     validateName(protocol, method)
     const what = `Request ${protocol} ${method}`
-    const guard = this.guard(options, what)
-    const { signal } = guard
-    const deadline = Date.now() + guard.timeout
-
-    try {
-      const channel = await this.channel(target, protocol, signal)
-      await channel.acquire(signal)
-      try {
-        const id = channel.newId()
-        const bytes = channel.framed.encode({
-          type: FrameType.REQUEST,
-          id,
-          method,
-          payload,
-          timeout: Math.max(1, deadline - Date.now())
-        })
-        return await new Promise<T>((resolve, reject) => {
-          const onAbort = (): void => {
-            channel.cancel(id)
-            reject(signal.reason)
-          }
-          signal.addEventListener('abort', onAbort, { once: true })
-          channel.register(id, {
-            onResponse: (value) => {
-              signal.removeEventListener('abort', onAbort)
-              resolve(value as T)
-            },
-            fail: (err) => {
-              signal.removeEventListener('abort', onAbort)
-              reject(err)
-            }
-          })
-          channel.framed.write(bytes, signal).catch((err) => {
-            channel.unregister(id)
-            signal.removeEventListener('abort', onAbort)
-            reject(err)
-          })
-        })
-      } finally {
-        channel.release()
-      }
-    } catch (err: any) {
-      if (signal.aborted) {
-        throw signal.reason
-      }
-      throw err
-    } finally {
-      guard.done()
+    const timeout = this.timeoutOf(options)
+    if (options.signal?.aborted === true) {
+      throw new CanceledError(`${what} canceled`, { cause: options.signal.reason })
     }
+    const deadline = Date.now() + timeout
+
+    // warm path: an open stream with a free slot, no dial and no extra promise
+    const peer = targetPeer(target)
+    let channel = peer != null ? this.channels.get(`${peer}|${protocol}`) : undefined
+    if (channel?.isOpen !== true || !channel.tryAcquire()) {
+      const guard = this.guard({ timeout, signal: options.signal }, what)
+      try {
+        channel = await this.channel(target, protocol, guard.signal)
+        await channel.acquire(guard.signal)
+      } catch (err: any) {
+        if (guard.signal.aborted) {
+          throw guard.signal.reason
+        }
+        throw err
+      } finally {
+        guard.done()
+      }
+    }
+    return this.call<T>(channel, method, payload, deadline, timeout, options.signal, what)
+  }
+
+  /**
+   * Send one request on a channel whose slot the caller holds; the slot is
+   * released exactly once, when the call settles
+   */
+  private async call<T> (channel: OutboundChannel, method: string, payload: unknown, deadline: number, timeout: number, signal: AbortSignal | undefined, what: string): Promise<T> {
+    const remaining = deadline - Date.now()
+    if (remaining <= 0) {
+      channel.release()
+      throw new TimeoutError(`${what} timed out after ${timeout} ms`)
+    }
+    const id = channel.newId()
+    let bytes
+    try {
+      bytes = channel.framed.encode({ type: FrameType.REQUEST, id, method, payload, timeout: Math.ceil(remaining) })
+    } catch (err) {
+      channel.release()
+      throw err
+    }
+
+    return new Promise<T>((resolve, reject) => {
+      let settled = false
+      const settle = (err: Error | undefined, value?: unknown): void => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        channel.release()
+        if (err != null) {
+          reject(err)
+        } else {
+          resolve(value as T)
+        }
+      }
+      const timer = setTimeout(() => {
+        channel.cancel(id)
+        settle(new TimeoutError(`${what} timed out after ${timeout} ms`))
+      }, remaining)
+      const onAbort = (): void => {
+        channel.cancel(id)
+        settle(new CanceledError(`${what} canceled`, { cause: signal?.reason }))
+      }
+      signal?.addEventListener('abort', onAbort, { once: true })
+      channel.register(id, {
+        onResponse: (value) => { settle(undefined, value) },
+        fail: (err) => { settle(err) }
+      })
+      channel.framed.send(bytes)?.catch((err: Error) => {
+        channel.unregister(id)
+        settle(err)
+      })
+    })
   }
 
   async * stream<T = unknown> (target: MessageTarget, protocol: string, method: string, payload: unknown = null, options: RequestOptions = {}): AsyncGenerator<T, void, undefined> {

@@ -22,6 +22,7 @@ import { once } from 'node:events'
 import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
+import { discoveryGroup, hostingGroup } from './interconnect.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -52,7 +53,7 @@ const PROFILES = {
 }
 
 /** The whole run is aborted (exit code 1) after this long */
-const WATCHDOG_MS = 5 * 60_000
+const WATCHDOG_MS = 20 * 60_000
 
 /** After the run, wait this long for the event loop to empty before forcing exit */
 const EXIT_GRACE_MS = 5_000
@@ -491,7 +492,9 @@ const echoGroup = {
 
 /** Benchmark groups, run in this order. Add new groups here. */
 const GROUPS = [
-  echoGroup
+  echoGroup,
+  discoveryGroup,
+  hostingGroup
 ]
 
 // ---------------------------------------------------------------------------
@@ -514,6 +517,12 @@ function toJsonRow (row) {
 }
 
 function verdict (row) {
+  if (row.target?.maxValue != null) {
+    return { text: `<= ${row.target.maxValue} ${row.unit}`, pass: row.value <= row.target.maxValue }
+  }
+  if (row.target?.minValue != null) {
+    return { text: `>= ${row.target.minValue} ${row.unit}`, pass: row.value >= row.target.minValue }
+  }
   if (row.target == null || row.ratio == null) return undefined
   if (row.target.max != null) {
     return { text: `<= ${row.target.max}x`, pass: row.ratio <= row.target.max }
@@ -524,6 +533,7 @@ function verdict (row) {
 function formatValue (value, unit) {
   if (value == null) return '-'
   if (unit === 'msg/s') return `${Math.round(value).toLocaleString('en-US')} msg/s`
+  if (unit !== 'ms') return `${value.toFixed(1)} ${unit}`
   return `${value.toFixed(3)} ms`
 }
 
@@ -580,7 +590,7 @@ function targetSummary (results) {
     for (const row of rows) {
       const v = verdict(row)
       if (v != null) {
-        lines.push(`  ${v.pass ? 'pass' : 'FAIL'}  ${row.name} ratio ${row.ratio.toFixed(2)}x, target ${v.text}`)
+        lines.push(`  ${v.pass ? 'pass' : 'FAIL'}  ${row.name} ${row.target.maxValue != null || row.target.minValue != null ? `${row.value.toFixed(1)} ${row.unit}` : `ratio ${row.ratio.toFixed(2)}x`}, target ${v.text}`)
       }
     }
   }

@@ -263,7 +263,8 @@ interface Defaults {
   clockSkew: number
 }
 
-const sleep = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
+/** DHT announcements running at once per node */
+const ANNOUNCE_CONCURRENCY = 8
 
 /**
  * A small async queue: producers push, the consumer iterates until closed
@@ -304,6 +305,8 @@ class DefaultInterconnect implements Interconnect {
   private readonly hostedByKey = new Map<string, Did>()
   private readonly reserved = new Set<string>()
   private readonly provided = new Map<string, { cid: CID, refs: number }>()
+  private readonly announceQueue: Array<{ key: string, cid: CID, attempt: number }> = []
+  private announcing = 0
   private readonly discoveryCache = new Map<string, { at: number, results: DiscoveredAgent[] }>()
   private readonly routeCache = new Map<Did, { at: number, signed: SignedCard, peers: string[] }>()
   private readonly cardSources: CardSource[] = []
@@ -370,6 +373,7 @@ class DefaultInterconnect implements Interconnect {
     const m = this.node.services.messaging
     await m.unhandle(CARD_PROTOCOL)
     await m.unhandle(ROUTE_PROTOCOL)
+    this.announceQueue.length = 0
     this.discoveryCache.clear()
     this.routeCache.clear()
   }
@@ -489,20 +493,33 @@ class DefaultInterconnect implements Interconnect {
       return
     }
     this.provided.set(key, { cid, refs: 1 })
-    // announcing walks the DHT; do it in the background and retry while the
-    // routing table is still empty
-    void this.provideWithRetry(key, cid)
+    this.announceQueue.push({ key, cid, attempt: 0 })
+    this.pumpAnnouncements()
   }
 
-  private async provideWithRetry (key: string, cid: CID): Promise<void> {
-    for (let attempt = 0; attempt < 20; attempt++) {
-      if (this.provided.get(key)?.cid !== cid || this.node.status !== 'started') return
-      try {
-        await this.node.contentRouting.provide(cid, { signal: AbortSignal.timeout(30_000) })
-        return
-      } catch {
-        await sleep(Math.min(10_000, 250 * 2 ** attempt))
-      }
+  /**
+   * Announcing walks the DHT, so a node hosting thousands of agents announces
+   * through a small pool of workers; a failed announcement (for example while
+   * the routing table is still empty) is retried later with backoff
+   */
+  private pumpAnnouncements (): void {
+    while (this.announcing < ANNOUNCE_CONCURRENCY && this.announceQueue.length > 0) {
+      const job = this.announceQueue.shift()!
+      if (this.provided.get(job.key)?.cid !== job.cid) continue
+      this.announcing++
+      void this.node.contentRouting.provide(job.cid, { signal: AbortSignal.timeout(30_000) })
+        .then(() => true, () => false)
+        .then((ok) => {
+          this.announcing--
+          if (!ok && job.attempt < 20 && this.started && this.provided.get(job.key)?.cid === job.cid) {
+            const retry = setTimeout(() => {
+              this.announceQueue.push({ ...job, attempt: job.attempt + 1 })
+              this.pumpAnnouncements()
+            }, Math.min(10_000, 250 * 2 ** job.attempt))
+            retry.unref?.()
+          }
+          if (this.started) this.pumpAnnouncements()
+        })
     }
   }
 

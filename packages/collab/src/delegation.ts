@@ -1,0 +1,694 @@
+/**
+ * Delegation tokens: chained, signed grants of capabilities from one principal
+ * (a user, an agent, a domain) to another, each link narrower than the one
+ * before. In the spirit of UCAN, in our own DAG-CBOR format.
+ * Normative description: `spec/collab-delegation.md`.
+ */
+import * as dagCbor from '@ipld/dag-cbor'
+import { didToPublicKey, isCapability } from '@ioa/interconnect'
+import { randomBytes } from '@libp2p/crypto'
+import { base64url } from 'multiformats/bases/base64'
+import { CID } from 'multiformats/cid'
+import { sha256 } from 'multiformats/hashes/sha2'
+import { equals as bytesEqual } from 'uint8arrays/equals'
+import {
+  ChainTooDeepError, EscalationError, InvalidSignatureError, InvalidTokenError, PrincipalMismatchError,
+  RevokedError, TokenExpiredError, TokenNotYetValidError
+} from './errors.js'
+import type { Did, Identity } from '@ioa/interconnect'
+import type { PublicKey } from '@libp2p/interface'
+
+/** Token format version (`v`) */
+export const TOKEN_VERSION = 1
+
+/** Domain separation: a token signature is over these bytes + DAG-CBOR(payload) */
+export const TOKEN_SIG_PREFIX = 'ioa:ucan:v1\n'
+const SIG_PREFIX_BYTES = new TextEncoder().encode(TOKEN_SIG_PREFIX)
+
+/** Limits on tokens; a token that breaks one is `INVALID_TOKEN` */
+export const TOKEN_LIMITS = Object.freeze({
+  /** Largest encoded token (DAG-CBOR `{ payload, sig }`) */
+  maxTokenBytes: 16_384,
+  /** Capabilities per token (at least 1) */
+  maxCapabilities: 16,
+  /** Proofs (`prf`) per token */
+  maxProofs: 8,
+  /** Keys in one capability's `constraints` */
+  maxConstraints: 32,
+  /** Length of a constraint key */
+  maxConstraintKey: 64,
+  /** Nesting of lists and maps inside one constraint value */
+  maxConstraintDepth: 8,
+  /** Nonce length, in base64url characters */
+  minNonce: 16,
+  maxNonce: 64,
+  /** Tokens a verifier accepts in the proof pool of one verification */
+  maxPool: 128,
+  /** Largest `maxDepth` a verifier accepts as an option */
+  maxDepthLimit: 32
+})
+
+/** Default longest chain (tokens from the leaf to the root, both counted) */
+export const DEFAULT_MAX_DEPTH = 8
+/** Default tolerance of the `exp` / `nbf` checks, in ms */
+export const DEFAULT_CLOCK_SKEW = 30_000
+
+/** Multicodec of DAG-CBOR: the codec of a token CID */
+const DAG_CBOR = 0x71
+const SHA2_256 = 0x12
+
+/**
+ * What a token grants. `skill` is a capability name (`payment.pay`), a prefix
+ * pattern (`travel.*`: `travel` and everything below it) or `*` (everything).
+ * `constraints` narrow it: see {@link capabilityCovers}.
+ */
+export interface Capability {
+  skill: string
+  constraints?: Record<string, unknown>
+}
+
+/** The signed part of a token */
+export interface TokenPayload {
+  v: 1
+  /** Who grants (signs) */
+  iss: Did
+  /** Who receives; only the audience can delegate further or invoke */
+  aud: Did
+  cap: Capability[]
+  /** Not valid before (ms since the Unix epoch) */
+  nbf?: number
+  /** Not valid after (ms since the Unix epoch) */
+  exp: number
+  /** 16 random bytes, base64url without padding (22 characters) */
+  nonce: string
+  /** CIDs (strings) of the parent tokens this one is proven by; empty for a root token */
+  prf: string[]
+}
+
+export interface Token {
+  payload: TokenPayload
+  /** Ed25519 signature of the issuer over `ioa:ucan:v1\n` + DAG-CBOR(payload) */
+  sig: Uint8Array
+}
+
+export interface DelegateInit {
+  audience: Did
+  capabilities: Capability[]
+  /** ms since the Unix epoch */
+  expiresAt: number
+  /**
+   * ms since the Unix epoch. When absent and a proof has `nbf`, the latest
+   * `nbf` of the proofs is used (a child may not start before its parents).
+   */
+  notBefore?: number
+  /** Parent tokens; their CIDs become `prf` */
+  proofs?: Token[]
+  /** Only for test vectors: a fixed nonce instead of 16 random bytes */
+  nonce?: string
+}
+
+export interface VerifiedChain {
+  /** Issuer of the root token(s): the principal the authority comes from */
+  root: Did
+  /** Audience of the leaf: who may use the capabilities */
+  audience: Did
+  /** The leaf's capabilities (all proven) */
+  capabilities: Capability[]
+  /** Earliest `exp` of every token verified */
+  expiresAt: number
+  /** Leaf first, root last: the provenance of the leaf's first capability */
+  path: Token[]
+  /** CIDs of `path`, same order */
+  cids: string[]
+}
+
+export interface VerifyChainOptions {
+  /** Current time, ms since the Unix epoch @default Date.now() */
+  now?: number
+  /** Tolerance of the `exp` / `nbf` checks, ms @default 30_000 */
+  clockSkew?: number
+  /** Longest chain, in tokens from leaf to root @default 8 */
+  maxDepth?: number
+  /**
+   * Asked for every token verified (not only those of `path`). `issuers` are
+   * the principals that may revoke this token: its issuer and the issuers of
+   * every token it is proven by (see `RevocationStore.isRevoked`).
+   */
+  isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
+  /** When given, the root issuer must be one of these */
+  roots?: Did[]
+  signal?: AbortSignal
+}
+
+// ---------------------------------------------------------------------------
+// keys
+
+/** Parsed public keys of recently seen DIDs (parsing costs about a tenth of a verification) */
+const KEY_CACHE_MAX = 4096
+const keyCache = new Map<string, PublicKey>()
+
+/** The Ed25519 public key a DID names, or undefined when it is not a valid Ed25519 did:key */
+function publicKeyOf (did: unknown): PublicKey | undefined {
+  if (typeof did !== 'string') return undefined
+  let key = keyCache.get(did)
+  if (key == null) {
+    try {
+      key = didToPublicKey(did)
+    } catch {
+      return undefined
+    }
+    if (keyCache.size >= KEY_CACHE_MAX) keyCache.delete(keyCache.keys().next().value as string)
+    keyCache.set(did, key)
+  }
+  return key
+}
+
+function isEd25519Did (value: unknown): value is Did {
+  return publicKeyOf(value) != null
+}
+
+async function verifySignature (did: Did, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
+  const key = publicKeyOf(did)
+  if (key == null) return false
+  try {
+    return await key.verify(data, sig)
+  } catch {
+    return false
+  }
+}
+
+// ---------------------------------------------------------------------------
+// validation
+
+const NONCE = /^[A-Za-z0-9_-]+$/
+
+function isPlainMap (value: unknown): value is Record<string, unknown> {
+  if (value == null || typeof value !== 'object' || Array.isArray(value)) return false
+  const proto = Object.getPrototypeOf(value)
+  return proto === Object.prototype || proto === null
+}
+
+/** Own keys whose value is not `undefined` (DAG-CBOR has no undefined) */
+function definedKeys (map: Record<string, unknown>): string[] {
+  return Object.keys(map).filter(k => map[k] !== undefined)
+}
+
+function onlyKeys (map: Record<string, unknown>, allowed: readonly string[], what: string): void {
+  const extra = definedKeys(map).filter(k => !allowed.includes(k))
+  if (extra.length > 0) {
+    throw new InvalidTokenError(`Unknown fields in ${what}: ${extra.slice(0, 5).join(', ')}`)
+  }
+}
+
+function isTime (value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
+}
+
+/** Is `skill` a valid pattern: `*`, a capability name, or a name followed by `.*`? */
+export function isSkillPattern (skill: unknown): skill is string {
+  if (typeof skill !== 'string') return false
+  if (skill === '*') return true
+  if (skill.endsWith('.*')) return isCapability(skill.slice(0, -2))
+  return isCapability(skill)
+}
+
+/** A copy of a constraint value limited to JSON-like DAG-CBOR kinds */
+function copyValue (value: unknown, depth: number, where: string): unknown {
+  if (value === null || typeof value === 'boolean' || typeof value === 'string') return value
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new InvalidTokenError(`${where}: numbers must be finite`)
+    if (Number.isInteger(value) && !Number.isSafeInteger(value)) {
+      throw new InvalidTokenError(`${where}: integers must be within ±(2^53 - 1)`)
+    }
+    return value
+  }
+  if (depth >= TOKEN_LIMITS.maxConstraintDepth) {
+    throw new InvalidTokenError(`${where}: nested more than ${TOKEN_LIMITS.maxConstraintDepth} levels`)
+  }
+  if (Array.isArray(value)) {
+    return value.map((v, i) => copyValue(v, depth + 1, `${where}[${i}]`))
+  }
+  if (isPlainMap(value)) {
+    const out: Record<string, unknown> = {}
+    for (const k of definedKeys(value)) {
+      if (k === '__proto__') throw new InvalidTokenError(`${where}: the key __proto__ is not allowed`)
+      out[k] = copyValue(value[k], depth + 1, `${where}.${k}`)
+    }
+    return out
+  }
+  throw new InvalidTokenError(`${where}: only null, booleans, numbers, strings, lists and maps are allowed`)
+}
+
+function parseCapability (value: unknown, where: string): Capability {
+  if (!isPlainMap(value)) throw new InvalidTokenError(`${where} must be a map`)
+  onlyKeys(value, ['skill', 'constraints'], where)
+  if (!isSkillPattern(value.skill)) {
+    throw new InvalidTokenError(`${where}.skill must be '*', a capability name or a name followed by '.*'`)
+  }
+  const cap: Capability = { skill: value.skill }
+  if (value.constraints !== undefined) {
+    if (!isPlainMap(value.constraints)) throw new InvalidTokenError(`${where}.constraints must be a map`)
+    const keys = definedKeys(value.constraints)
+    if (keys.length > TOKEN_LIMITS.maxConstraints) {
+      throw new InvalidTokenError(`${where}.constraints has more than ${TOKEN_LIMITS.maxConstraints} keys`)
+    }
+    const constraints: Record<string, unknown> = {}
+    for (const k of keys) {
+      if (k.length === 0 || k.length > TOKEN_LIMITS.maxConstraintKey || k === '__proto__') {
+        throw new InvalidTokenError(`${where}.constraints: keys must be 1-${TOKEN_LIMITS.maxConstraintKey} characters`)
+      }
+      const v = copyValue(value.constraints[k], 0, `${where}.constraints.${k}`)
+      if ((k.startsWith('max') || k.startsWith('min')) && typeof v !== 'number') {
+        throw new InvalidTokenError(`${where}.constraints.${k}: a bound (max… / min…) must be a number`)
+      }
+      constraints[k] = v
+    }
+    cap.constraints = constraints
+  }
+  return cap
+}
+
+/** Is `s` a token CID in canonical string form (CIDv1, dag-cbor, sha2-256, base32)? */
+export function isTokenCid (s: unknown): s is string {
+  if (typeof s !== 'string' || s.length > 128) return false
+  try {
+    const cid = CID.parse(s)
+    return cid.version === 1 && cid.code === DAG_CBOR && cid.multihash.code === SHA2_256 &&
+      cid.multihash.digest.length === 32 && cid.toString() === s
+  } catch {
+    return false
+  }
+}
+
+function parsePayload (value: unknown): TokenPayload {
+  if (!isPlainMap(value)) throw new InvalidTokenError('Token payload must be a map')
+  onlyKeys(value, ['v', 'iss', 'aud', 'cap', 'nbf', 'exp', 'nonce', 'prf'], 'token payload')
+  if (value.v !== TOKEN_VERSION) throw new InvalidTokenError(`Unsupported token version ${String(value.v)}`)
+  if (!isEd25519Did(value.iss)) throw new InvalidTokenError('iss must be an Ed25519 did:key')
+  if (!isEd25519Did(value.aud)) throw new InvalidTokenError('aud must be an Ed25519 did:key')
+  if (!Array.isArray(value.cap) || value.cap.length === 0 || value.cap.length > TOKEN_LIMITS.maxCapabilities) {
+    throw new InvalidTokenError(`cap must be a list of 1-${TOKEN_LIMITS.maxCapabilities} capabilities`)
+  }
+  const cap = value.cap.map((c, i) => parseCapability(c, `cap[${i}]`))
+  if (!isTime(value.exp)) throw new InvalidTokenError('exp must be a non-negative integer (ms)')
+  if (value.nbf !== undefined) {
+    if (!isTime(value.nbf)) throw new InvalidTokenError('nbf must be a non-negative integer (ms)')
+    if (value.nbf > value.exp) throw new InvalidTokenError('nbf is after exp')
+  }
+  if (typeof value.nonce !== 'string' || value.nonce.length < TOKEN_LIMITS.minNonce ||
+    value.nonce.length > TOKEN_LIMITS.maxNonce || !NONCE.test(value.nonce)) {
+    throw new InvalidTokenError(`nonce must be ${TOKEN_LIMITS.minNonce}-${TOKEN_LIMITS.maxNonce} base64url characters`)
+  }
+  if (!Array.isArray(value.prf) || value.prf.length > TOKEN_LIMITS.maxProofs) {
+    throw new InvalidTokenError(`prf must be a list of at most ${TOKEN_LIMITS.maxProofs} token CIDs`)
+  }
+  for (const p of value.prf) {
+    if (!isTokenCid(p)) throw new InvalidTokenError(`prf entry is not a token CID: ${String(p).slice(0, 80)}`)
+  }
+  if (new Set(value.prf).size !== value.prf.length) throw new InvalidTokenError('prf lists a proof twice')
+
+  const payload: TokenPayload = {
+    v: TOKEN_VERSION,
+    iss: value.iss,
+    aud: value.aud,
+    cap,
+    exp: value.exp,
+    nonce: value.nonce,
+    prf: [...value.prf]
+  }
+  if (value.nbf !== undefined) payload.nbf = value.nbf as number
+  return payload
+}
+
+/**
+ * The DAG-CBOR bytes of `{ payload, sig }` with a 64-byte sig: a map of two
+ * entries, `sig` first (shorter key), then `payload`, whose value is the
+ * payload's own encoding. Built by hand so that the payload is encoded once
+ * for both the token bytes and the signing bytes.
+ */
+const TOKEN_HEAD = new Uint8Array([0xa2, 0x63, 0x73, 0x69, 0x67, 0x58, 0x40])
+const PAYLOAD_KEY = new Uint8Array([0x67, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64])
+
+function tokenBytes (sig: Uint8Array, body: Uint8Array): Uint8Array {
+  const out = new Uint8Array(TOKEN_HEAD.length + 64 + PAYLOAD_KEY.length + body.length)
+  out.set(TOKEN_HEAD)
+  out.set(sig, TOKEN_HEAD.length)
+  out.set(PAYLOAD_KEY, TOKEN_HEAD.length + 64)
+  out.set(body, TOKEN_HEAD.length + 64 + PAYLOAD_KEY.length)
+  return out
+}
+
+function withPrefix (body: Uint8Array): Uint8Array {
+  const out = new Uint8Array(SIG_PREFIX_BYTES.length + body.length)
+  out.set(SIG_PREFIX_BYTES)
+  out.set(body, SIG_PREFIX_BYTES.length)
+  return out
+}
+
+/**
+ * Validate a token and encode it: the token (a clean copy), its bytes, and
+ * the bytes of its payload
+ */
+function checkToken (value: unknown): { token: Token, bytes: Uint8Array, body: Uint8Array } {
+  if (!isPlainMap(value)) throw new InvalidTokenError('Token must be a map { payload, sig }')
+  onlyKeys(value, ['payload', 'sig'], 'token')
+  const payload = parsePayload(value.payload)
+  const sig = value.sig
+  if (!(sig instanceof Uint8Array) || sig.length !== 64) {
+    throw new InvalidSignatureError('Token signature must be 64 bytes')
+  }
+  // a private copy: not a Buffer from a shared pool, not a view of the caller's bytes
+  const token: Token = { payload, sig: new Uint8Array(sig) }
+  let body: Uint8Array
+  try {
+    body = dagCbor.encode(payload)
+  } catch (err: any) {
+    throw new InvalidTokenError(`Token cannot be encoded: ${err?.message ?? err}`)
+  }
+  const bytes = tokenBytes(token.sig, body)
+  if (bytes.byteLength > TOKEN_LIMITS.maxTokenBytes) {
+    throw new InvalidTokenError(`Token is larger than ${TOKEN_LIMITS.maxTokenBytes} bytes`)
+  }
+  return { token, bytes, body }
+}
+
+/**
+ * Validate a token received as a structure (for example inside a request
+ * envelope) and return a clean copy. Throws `InvalidTokenError` (or
+ * `InvalidSignatureError` for a signature that is not 64 bytes). Does not
+ * verify the signature: {@link verifyChain} does.
+ */
+export function parseToken (value: unknown): Token {
+  return checkToken(value).token
+}
+
+/** The bytes a token signature covers: `ioa:ucan:v1\n` || DAG-CBOR(payload) */
+export function tokenSigningBytes (payload: TokenPayload): Uint8Array {
+  return withPrefix(dagCbor.encode(payload))
+}
+
+/** Encode a token for the wire or storage: DAG-CBOR `{ payload, sig }`, at most 16 KiB */
+export function encodeToken (token: Token): Uint8Array {
+  return checkToken(token).bytes
+}
+
+/**
+ * Decode a token from bytes received from anywhere: bounded in size, strict
+ * (no unknown fields at any level), canonical (the bytes must be exactly what
+ * {@link encodeToken} produces). Throws `InvalidTokenError`.
+ */
+export function decodeToken (bytes: Uint8Array): Token {
+  if (!(bytes instanceof Uint8Array)) throw new InvalidTokenError('Token must be bytes')
+  if (bytes.byteLength > TOKEN_LIMITS.maxTokenBytes) {
+    throw new InvalidTokenError(`Token is larger than ${TOKEN_LIMITS.maxTokenBytes} bytes`)
+  }
+  let value: unknown
+  try {
+    value = dagCbor.decode(bytes)
+  } catch (err: any) {
+    throw new InvalidTokenError(`Token is not valid DAG-CBOR: ${err?.message ?? err}`)
+  }
+  const checked = checkToken(value)
+  if (!bytesEqual(checked.bytes, bytes)) {
+    throw new InvalidTokenError('Token is not in canonical form')
+  }
+  return checked.token
+}
+
+async function cidOfBytes (bytes: Uint8Array): Promise<CID> {
+  return CID.createV1(DAG_CBOR, await sha256.digest(bytes))
+}
+
+/** CIDv1, dag-cbor, sha2-256 of {@link encodeToken}; its string form goes into `prf` */
+export async function tokenCid (token: Token): Promise<CID> {
+  return cidOfBytes(encodeToken(token))
+}
+
+/** 16 random bytes, base64url without padding */
+export function newNonce (): string {
+  return base64url.baseEncode(randomBytes(16))
+}
+
+/**
+ * Sign a delegation from `issuer` to `init.audience`. The capabilities are
+ * validated but not checked against the proofs: {@link verifyChain} does that.
+ */
+export async function delegate (issuer: Identity, init: DelegateInit, options: { signal?: AbortSignal } = {}): Promise<Token> {
+  options.signal?.throwIfAborted()
+  if (init == null || typeof init !== 'object') throw new InvalidTokenError('delegate() needs an init object')
+  const proofs = init.proofs ?? []
+  if (!Array.isArray(proofs)) throw new InvalidTokenError('proofs must be a list of tokens')
+  const prf: string[] = []
+  let latestNbf = 0
+  for (const p of proofs) {
+    const { token, bytes } = checkToken(p)
+    prf.push((await cidOfBytes(bytes)).toString())
+    latestNbf = Math.max(latestNbf, token.payload.nbf ?? 0)
+  }
+  const nbf = init.notBefore ?? (latestNbf > 0 ? latestNbf : undefined)
+  const payload = parsePayload({
+    v: TOKEN_VERSION,
+    iss: issuer.did,
+    aud: init.audience,
+    cap: init.capabilities,
+    nbf,
+    exp: init.expiresAt,
+    nonce: init.nonce ?? newNonce(),
+    prf
+  })
+  const sig = await issuer.sign(tokenSigningBytes(payload))
+  options.signal?.throwIfAborted()
+  return checkToken({ payload, sig }).token
+}
+
+// ---------------------------------------------------------------------------
+// attenuation
+
+/**
+ * Does skill pattern `parent` cover `child` (a name or a pattern)? `*` covers
+ * everything; `travel.*` covers `travel`, `travel.x.y` and `travel.x.*`; a
+ * name covers only itself.
+ */
+export function skillCovers (parent: string, child: string): boolean {
+  if (parent === '*') return true
+  if (child === '*') return false
+  if (parent.endsWith('.*')) {
+    const prefix = parent.slice(0, -2)
+    const name = child.endsWith('.*') ? child.slice(0, -2) : child
+    return name === prefix || name.startsWith(prefix + '.')
+  }
+  return parent === child
+}
+
+function sameValue (a: unknown, b: unknown): boolean {
+  if (a === b) return true
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false
+  try {
+    return bytesEqual(dagCbor.encode(a), dagCbor.encode(b))
+  } catch {
+    return false
+  }
+}
+
+/** Is the child's value for constraint `key` at least as tight as the parent's? */
+function tighter (key: string, parent: unknown, child: unknown): boolean {
+  if (key.startsWith('max')) {
+    return typeof parent === 'number' && typeof child === 'number' && child <= parent
+  }
+  if (key.startsWith('min')) {
+    return typeof parent === 'number' && typeof child === 'number' && child >= parent
+  }
+  if (Array.isArray(parent)) {
+    return Array.isArray(child) && child.every(c => parent.some(p => sameValue(p, c)))
+  }
+  return sameValue(parent, child)
+}
+
+/**
+ * Does capability `parent` cover `child`? The child's skill pattern lies
+ * within the parent's, and for every parent constraint the child has the same
+ * key with a value at least as tight: `max…` a number ≤, `min…` a number ≥, a
+ * list a subset, anything else equal. The child may add constraints.
+ */
+export function capabilityCovers (parent: Capability, child: Capability): boolean {
+  if (!skillCovers(parent.skill, child.skill)) return false
+  const pc = parent.constraints ?? {}
+  const cc = child.constraints ?? {}
+  for (const key of Object.keys(pc)) {
+    if (!Object.prototype.hasOwnProperty.call(cc, key)) return false
+    if (!tighter(key, pc[key], cc[key])) return false
+  }
+  return true
+}
+
+/** The first capability of the leaf (in token order) that covers `skill` */
+export function capabilityFor (chain: VerifiedChain, skill: string): Capability | undefined {
+  if (typeof skill !== 'string') return undefined
+  return chain.capabilities.find(c => skillCovers(c.skill, skill))
+}
+
+// ---------------------------------------------------------------------------
+// chain verification
+
+interface VerifiedNode {
+  token: Token
+  root: Did
+  /** tokens from this one to the farthest root, both counted */
+  height: number
+  /** issuers of this token and of every token it is proven by */
+  issuers: Set<Did>
+  proofs: Array<{ cid: string, node: VerifiedNode }>
+}
+
+function short (cid: string): string {
+  return cid.length > 16 ? `${cid.slice(0, 8)}…${cid.slice(-6)}` : cid
+}
+
+/**
+ * Verify a delegation chain from `leaf` up to its root token(s), with the
+ * parent tokens taken from `pool` (found by CID; order does not matter; extra
+ * tokens are ignored). Every token reachable through `prf` is checked:
+ * structure, signature, validity period, principal alignment, attenuation,
+ * depth, revocation and (with `roots`) the root issuer. Throws the typed error
+ * of the first failing check (`spec/collab-delegation.md`, section 5).
+ */
+export async function verifyChain (leaf: Token, pool: Token[] = [], options: VerifyChainOptions = {}): Promise<VerifiedChain> {
+  const signal = options.signal
+  signal?.throwIfAborted()
+  const now = options.now ?? Date.now()
+  const skew = options.clockSkew ?? DEFAULT_CLOCK_SKEW
+  const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH
+  if (!Number.isFinite(now)) throw new TypeError('now must be a finite number')
+  if (!Number.isFinite(skew) || skew < 0) throw new TypeError('clockSkew must be a non-negative number')
+  if (!Number.isInteger(maxDepth) || maxDepth < 1 || maxDepth > TOKEN_LIMITS.maxDepthLimit) {
+    throw new TypeError(`maxDepth must be an integer from 1 to ${TOKEN_LIMITS.maxDepthLimit}`)
+  }
+  const roots = options.roots != null ? new Set(options.roots) : undefined
+  const isRevoked = options.isRevoked
+
+  if (!Array.isArray(pool)) throw new InvalidTokenError('The proof pool must be a list of tokens')
+  if (pool.length > TOKEN_LIMITS.maxPool) {
+    throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
+  }
+  const leafChecked = checkToken(leaf)
+  const leafCid = (await cidOfBytes(leafChecked.bytes)).toString()
+  const byCid = new Map<string, Token>()
+  /** payload bytes of every token, for its signing bytes */
+  const bodies = new Map<Token, Uint8Array>([[leafChecked.token, leafChecked.body]])
+  for (const t of pool) {
+    const checked = checkToken(t)
+    byCid.set((await cidOfBytes(checked.bytes)).toString(), checked.token)
+    bodies.set(checked.token, checked.body)
+  }
+
+  const done = new Map<string, VerifiedNode>()
+  const active = new Set<string>()
+
+  const tooDeep = (): Error => new ChainTooDeepError(`Delegation chain is longer than ${maxDepth} tokens`)
+
+  const visit = async (cid: string, token: Token, depth: number): Promise<VerifiedNode> => {
+    signal?.throwIfAborted()
+    if (depth > maxDepth) throw tooDeep()
+    const known = done.get(cid)
+    if (known != null) {
+      if (depth + known.height - 1 > maxDepth) throw tooDeep()
+      return known
+    }
+    // content addressing makes a cycle impossible short of a hash collision;
+    // refuse one anyway rather than loop
+    if (active.has(cid)) throw new InvalidTokenError(`Proof cycle through ${short(cid)}`)
+    active.add(cid)
+
+    const p = token.payload
+    if (!await verifySignature(p.iss, withPrefix(bodies.get(token) ?? dagCbor.encode(p)), token.sig)) {
+      throw new InvalidSignatureError(`Signature of token ${short(cid)} does not verify for ${p.iss}`)
+    }
+    if (p.exp + skew < now) {
+      throw new TokenExpiredError(`Token ${short(cid)} expired at ${new Date(p.exp).toISOString()}`)
+    }
+    if (p.nbf != null && p.nbf - skew > now) {
+      throw new TokenNotYetValidError(`Token ${short(cid)} is not valid before ${new Date(p.nbf).toISOString()}`)
+    }
+
+    const proofs: VerifiedNode['proofs'] = []
+    for (const parentCid of p.prf) {
+      const parent = byCid.get(parentCid)
+      if (parent == null) throw new InvalidTokenError(`Proof ${short(parentCid)} of token ${short(cid)} is missing`)
+      const pp = parent.payload
+      if (pp.aud !== p.iss) {
+        throw new PrincipalMismatchError(`Proof ${short(parentCid)} is addressed to ${pp.aud}, not to ${p.iss} who issued ${short(cid)}`)
+      }
+      if (p.exp > pp.exp) throw new EscalationError(`Token ${short(cid)} expires after its proof ${short(parentCid)}`)
+      if ((p.nbf ?? 0) < (pp.nbf ?? 0)) throw new EscalationError(`Token ${short(cid)} starts before its proof ${short(parentCid)}`)
+      proofs.push({ cid: parentCid, node: await visit(parentCid, parent, depth + 1) })
+    }
+
+    let root: Did = p.iss
+    let height = 1
+    const issuers = new Set<Did>([p.iss])
+    if (proofs.length === 0) {
+      if (roots != null && !roots.has(p.iss)) {
+        throw new PrincipalMismatchError(`Chain is rooted at ${p.iss}, which is not a trusted root`)
+      }
+    } else {
+      root = proofs[0].node.root
+      for (const { cid: parentCid, node } of proofs) {
+        if (node.root !== root) {
+          throw new PrincipalMismatchError(`Proofs of token ${short(cid)} come from different roots (${root}, ${node.root}); see ${short(parentCid)}`)
+        }
+        height = Math.max(height, node.height + 1)
+        for (const i of node.issuers) issuers.add(i)
+      }
+      for (const c of p.cap) {
+        if (!proofs.some(({ node }) => node.token.payload.cap.some(pc => capabilityCovers(pc, c)))) {
+          throw new EscalationError(`Capability ${c.skill} of token ${short(cid)} is not covered by any of its proofs`)
+        }
+      }
+    }
+
+    if (isRevoked != null && await isRevoked(cid, [...issuers])) {
+      throw new RevokedError(`Token ${short(cid)} is revoked`)
+    }
+
+    active.delete(cid)
+    const node: VerifiedNode = { token, root, height, issuers, proofs }
+    done.set(cid, node)
+    return node
+  }
+
+  const leafNode = await visit(leafCid, leafChecked.token, 1)
+
+  // the path: from the leaf, at each token follow the first proof (in prf
+  // order) that covers the capability followed so far, starting with cap[0]
+  const path: Token[] = [leafNode.token]
+  const cids: string[] = [leafCid]
+  let node = leafNode
+  let cap = leafNode.token.payload.cap[0]
+  while (node.proofs.length > 0) {
+    let next: { cid: string, node: VerifiedNode, cap: Capability } | undefined
+    for (const pr of node.proofs) {
+      const pc = pr.node.token.payload.cap.find(c => capabilityCovers(c, cap))
+      if (pc != null) {
+        next = { ...pr, cap: pc }
+        break
+      }
+    }
+    if (next == null) break // unreachable: attenuation was checked
+    path.push(next.node.token)
+    cids.push(next.cid)
+    node = next.node
+    cap = next.cap
+  }
+
+  let expiresAt = leafNode.token.payload.exp
+  for (const n of done.values()) expiresAt = Math.min(expiresAt, n.token.payload.exp)
+
+  return {
+    root: leafNode.root,
+    audience: leafNode.token.payload.aud,
+    capabilities: leafNode.token.payload.cap,
+    expiresAt,
+    path,
+    cids
+  }
+}

@@ -1,0 +1,469 @@
+/**
+ * Revocation of delegation tokens: a signed record naming the CID of a token,
+ * a datastore-backed store of the records a node knows, and a flooding
+ * protocol (`/ioa/revocation/1.0.0`) that spreads new records to every peer.
+ * Normative description: `spec/collab-delegation.md`, sections 7 and 8.
+ */
+import * as dagCbor from '@ipld/dag-cbor'
+import { RateLimitedError, isDid, verifyByDid } from '@ioa/interconnect'
+import { Key } from 'interface-datastore'
+import { CID } from 'multiformats/cid'
+import { sha256 } from 'multiformats/hashes/sha2'
+import { equals as bytesEqual } from 'uint8arrays/equals'
+import { isTokenCid, tokenCid } from './delegation.js'
+import { CollabError, InvalidSignatureError, InvalidTokenError, PrincipalMismatchError } from './errors.js'
+import type { Token } from './delegation.js'
+import type { Did, Identity } from '@ioa/interconnect'
+import type { TransportNode } from '@ioa/transport'
+import type { PeerId } from '@libp2p/interface'
+import type { Datastore } from 'interface-datastore'
+
+/** Protocol id of revocation flooding */
+export const REVOCATION_PROTOCOL = '/ioa/revocation/1.0.0'
+/** The one method of {@link REVOCATION_PROTOCOL} */
+export const ANNOUNCE_METHOD = 'announce'
+
+/** Domain separation: a revocation signature is over these bytes + DAG-CBOR(payload) */
+export const REVOCATION_SIG_PREFIX = 'ioa:revoke:v1\n'
+const SIG_PREFIX_BYTES = new TextEncoder().encode(REVOCATION_SIG_PREFIX)
+
+export const REVOCATION_LIMITS = Object.freeze({
+  /** Largest encoded revocation (DAG-CBOR `{ payload, sig }`) */
+  maxRevocationBytes: 1024,
+  /** Tokens accepted in the `path` given to `verifyRevocation` */
+  maxPath: 128
+})
+
+const DAG_CBOR = 0x71
+
+export interface RevocationPayload {
+  v: 1
+  /** Who revokes: the issuer of the revoked token or of a token it is proven by */
+  iss: Did
+  /** CID (string) of the revoked token */
+  revoke: string
+  /** When the revocation was made, ms since the Unix epoch */
+  at: number
+}
+
+export interface Revocation {
+  payload: RevocationPayload
+  /** Ed25519 signature of `iss` over `ioa:revoke:v1\n` + DAG-CBOR(payload) */
+  sig: Uint8Array
+}
+
+// ---------------------------------------------------------------------------
+// the record
+
+function isPlainMap (value: unknown): value is Record<string, unknown> {
+  if (value == null || typeof value !== 'object' || Array.isArray(value)) return false
+  const proto = Object.getPrototypeOf(value)
+  return proto === Object.prototype || proto === null
+}
+
+function onlyKeys (map: Record<string, unknown>, allowed: readonly string[], what: string): void {
+  const extra = Object.keys(map).filter(k => map[k] !== undefined && !allowed.includes(k))
+  if (extra.length > 0) {
+    throw new InvalidTokenError(`Unknown fields in ${what}: ${extra.slice(0, 5).join(', ')}`)
+  }
+}
+
+function checkRevocation (value: unknown): { rev: Revocation, bytes: Uint8Array } {
+  if (!isPlainMap(value)) throw new InvalidTokenError('Revocation must be a map { payload, sig }')
+  onlyKeys(value, ['payload', 'sig'], 'revocation')
+  const p = value.payload
+  if (!isPlainMap(p)) throw new InvalidTokenError('Revocation payload must be a map')
+  onlyKeys(p, ['v', 'iss', 'revoke', 'at'], 'revocation payload')
+  if (p.v !== 1) throw new InvalidTokenError(`Unsupported revocation version ${String(p.v)}`)
+  if (!isDid(p.iss)) throw new InvalidTokenError('Revocation iss must be an Ed25519 did:key')
+  if (!isTokenCid(p.revoke)) throw new InvalidTokenError('Revocation revoke must be a token CID')
+  if (typeof p.at !== 'number' || !Number.isSafeInteger(p.at) || p.at < 0) {
+    throw new InvalidTokenError('Revocation at must be a non-negative integer (ms)')
+  }
+  if (!(value.sig instanceof Uint8Array) || value.sig.length !== 64) {
+    throw new InvalidSignatureError('Revocation signature must be 64 bytes')
+  }
+  const rev: Revocation = { payload: { v: 1, iss: p.iss, revoke: p.revoke, at: p.at }, sig: new Uint8Array(value.sig) }
+  const bytes = dagCbor.encode(rev)
+  if (bytes.byteLength > REVOCATION_LIMITS.maxRevocationBytes) {
+    throw new InvalidTokenError(`Revocation is larger than ${REVOCATION_LIMITS.maxRevocationBytes} bytes`)
+  }
+  return { rev, bytes }
+}
+
+/** Validate a revocation received as a structure; returns a clean copy (signature not checked) */
+export function parseRevocation (value: unknown): Revocation {
+  return checkRevocation(value).rev
+}
+
+/** The bytes a revocation signature covers: `ioa:revoke:v1\n` || DAG-CBOR(payload) */
+export function revocationSigningBytes (payload: RevocationPayload): Uint8Array {
+  const body = dagCbor.encode(payload)
+  const out = new Uint8Array(SIG_PREFIX_BYTES.length + body.length)
+  out.set(SIG_PREFIX_BYTES)
+  out.set(body, SIG_PREFIX_BYTES.length)
+  return out
+}
+
+/** DAG-CBOR `{ payload, sig }`, at most 1 KiB */
+export function encodeRevocation (rev: Revocation): Uint8Array {
+  return checkRevocation(rev).bytes
+}
+
+/** Decode a revocation from untrusted bytes: bounded, strict, canonical. Throws `InvalidTokenError` */
+export function decodeRevocation (bytes: Uint8Array): Revocation {
+  if (!(bytes instanceof Uint8Array)) throw new InvalidTokenError('Revocation must be bytes')
+  if (bytes.byteLength > REVOCATION_LIMITS.maxRevocationBytes) {
+    throw new InvalidTokenError(`Revocation is larger than ${REVOCATION_LIMITS.maxRevocationBytes} bytes`)
+  }
+  let value: unknown
+  try {
+    value = dagCbor.decode(bytes)
+  } catch (err: any) {
+    throw new InvalidTokenError(`Revocation is not valid DAG-CBOR: ${err?.message ?? err}`)
+  }
+  const checked = checkRevocation(value)
+  if (!bytesEqual(checked.bytes, bytes)) throw new InvalidTokenError('Revocation is not in canonical form')
+  return checked.rev
+}
+
+/** CIDv1, dag-cbor, sha2-256 of {@link encodeRevocation}: the identity used to deduplicate */
+export async function revocationCid (rev: Revocation): Promise<CID> {
+  return CID.createV1(DAG_CBOR, await sha256.digest(encodeRevocation(rev)))
+}
+
+/**
+ * Revoke `token` as `identity`. The revocation is only honoured when
+ * `identity` issued the token or one of the tokens it is proven by; that is
+ * checked by whoever verifies a chain, not here.
+ */
+export async function createRevocation (identity: Identity, token: Token, options: { at?: number, signal?: AbortSignal } = {}): Promise<Revocation> {
+  options.signal?.throwIfAborted()
+  const payload: RevocationPayload = {
+    v: 1,
+    iss: identity.did,
+    revoke: (await tokenCid(token)).toString(),
+    at: options.at ?? Date.now()
+  }
+  const checked = checkRevocation({ payload, sig: new Uint8Array(64) })
+  const sig = await identity.sign(revocationSigningBytes(checked.rev.payload))
+  return checkRevocation({ payload: checked.rev.payload, sig }).rev
+}
+
+/**
+ * The principals that may revoke the token with CID `cid`: its issuer and the
+ * issuers of every token it is proven by, found by CID among `tokens`.
+ * `undefined` when `cid` is not among `tokens`.
+ */
+export async function revocationAuthorities (cid: string, tokens: Token[]): Promise<Set<Did> | undefined> {
+  if (!Array.isArray(tokens) || tokens.length > REVOCATION_LIMITS.maxPath) {
+    throw new InvalidTokenError(`A chain of at most ${REVOCATION_LIMITS.maxPath} tokens is needed`)
+  }
+  const byCid = new Map<string, Token>()
+  for (const t of tokens) byCid.set((await tokenCid(t)).toString(), t)
+  if (!byCid.has(cid)) return undefined
+  const out = new Set<Did>()
+  const seen = new Set<string>()
+  const queue = [cid]
+  while (queue.length > 0) {
+    const c = queue.shift() as string
+    if (seen.has(c)) continue
+    seen.add(c)
+    const t = byCid.get(c)
+    if (t == null) continue
+    out.add(t.payload.iss)
+    queue.push(...t.payload.prf)
+  }
+  return out
+}
+
+/**
+ * Verify a revocation: structure and signature by `iss` always; and when the
+ * verifier has the chain (`path`: the revoked token and the tokens it is
+ * proven by, e.g. a `VerifiedChain.path`), that `iss` issued the revoked
+ * token or one of its proofs. Returns a clean copy or throws
+ * `InvalidTokenError`, `InvalidSignatureError`, or `PrincipalMismatchError`
+ * (the revoker has no authority over the token).
+ */
+export async function verifyRevocation (rev: Revocation, path?: Token[]): Promise<Revocation> {
+  const { rev: clean } = checkRevocation(rev)
+  const p = clean.payload
+  if (!await verifyByDid(p.iss, revocationSigningBytes(p), clean.sig)) {
+    throw new InvalidSignatureError(`Revocation signature does not verify for ${p.iss}`)
+  }
+  if (path != null) {
+    const authorities = await revocationAuthorities(p.revoke, path)
+    if (authorities == null) throw new InvalidTokenError(`The revoked token ${p.revoke} is not in the given chain`)
+    if (!authorities.has(p.iss)) {
+      throw new PrincipalMismatchError(`${p.iss} neither issued token ${p.revoke} nor any token it is proven by`)
+    }
+  }
+  return clean
+}
+
+// ---------------------------------------------------------------------------
+// the store
+
+export interface RevocationStoreInit {
+  /** Datastore key prefix @default '/ioa/revocations' */
+  prefix?: string
+}
+
+/**
+ * The revocations a node knows, persisted in a datastore under
+ * `<prefix>/<revocation CID>` (value: the encoded record) and cached in
+ * memory so that {@link RevocationStore.isRevoked} answers synchronously.
+ * Use {@link RevocationStore.open}, or the constructor then `load()`.
+ */
+export class RevocationStore {
+  private readonly datastore: Datastore
+  private readonly prefix: string
+  /** revoked token CID -> revoker DID -> record */
+  private readonly byToken = new Map<string, Map<Did, Revocation>>()
+  /** CIDs of the revocations held (deduplication) */
+  private readonly seen = new Set<string>()
+  private loaded = false
+
+  constructor (datastore: Datastore, init: RevocationStoreInit = {}) {
+    this.datastore = datastore
+    this.prefix = init.prefix ?? '/ioa/revocations'
+  }
+
+  /** Create a store and load what the datastore holds */
+  static async open (datastore: Datastore, init: RevocationStoreInit = {}, options: { signal?: AbortSignal } = {}): Promise<RevocationStore> {
+    const store = new RevocationStore(datastore, init)
+    await store.load(options)
+    return store
+  }
+
+  /**
+   * Load the persisted revocations into memory. Records that no longer
+   * decode or verify are skipped.
+   */
+  async load (options: { signal?: AbortSignal } = {}): Promise<void> {
+    for await (const { key, value } of this.datastore.query({ prefix: this.prefix }, options)) {
+      try {
+        const rev = await verifyRevocation(decodeRevocation(value))
+        const cid = (await revocationCid(rev)).toString()
+        if (key.toString() !== `${this.prefix}/${cid}`) continue
+        this.index(cid, rev)
+      } catch {
+        // a damaged record is ignored, not fatal
+      }
+    }
+    this.loaded = true
+  }
+
+  private index (cid: string, rev: Revocation): void {
+    this.seen.add(cid)
+    let revokers = this.byToken.get(rev.payload.revoke)
+    if (revokers == null) {
+      revokers = new Map()
+      this.byToken.set(rev.payload.revoke, revokers)
+    }
+    if (!revokers.has(rev.payload.iss)) revokers.set(rev.payload.iss, rev)
+  }
+
+  /**
+   * Verify (signature; and authority when `path` is given) and store a
+   * revocation. Resolves `true` when it was new to this store, `false` when
+   * it was already held.
+   */
+  async add (rev: Revocation, options: { signal?: AbortSignal, path?: Token[] } = {}): Promise<boolean> {
+    options.signal?.throwIfAborted()
+    const clean = await verifyRevocation(rev, options.path)
+    const bytes = encodeRevocation(clean)
+    const cid = CID.createV1(DAG_CBOR, await sha256.digest(bytes)).toString()
+    if (this.seen.has(cid)) return false
+    // claim it before the first await, so concurrent adds of one record agree on which is new
+    this.seen.add(cid)
+    try {
+      await this.datastore.put(new Key(`${this.prefix}/${cid}`), bytes, { signal: options.signal })
+    } catch (err) {
+      this.seen.delete(cid)
+      throw err
+    }
+    this.index(cid, clean)
+    return true
+  }
+
+  /**
+   * Is the token with CID `cid` revoked? With `issuers` (the principals that
+   * may revoke it, as `verifyChain` passes them) only a revocation by one of
+   * them counts. Without, any revocation with a valid signature counts: that
+   * fails closed, but lets anyone revoke anything, so verifiers should pass
+   * `issuers`. Throws until the store is loaded. An arrow function property:
+   * it can be passed as `isRevoked` to `verifyChain` as it is.
+   */
+  readonly isRevoked = (cid: string, issuers?: Iterable<Did>): boolean => {
+    if (!this.loaded) throw new CollabError('NOT_LOADED', 'RevocationStore.load() has not completed')
+    const revokers = this.byToken.get(cid)
+    if (revokers == null) return false
+    if (issuers == null) return true
+    for (const i of issuers) {
+      if (revokers.has(i)) return true
+    }
+    return false
+  }
+
+  /** Is the revocation with this CID held? */
+  has (revocationCid: string): boolean {
+    return this.seen.has(revocationCid)
+  }
+
+  /** The revocations held for a token, one per revoker */
+  revocationsOf (tokenCid: string): Revocation[] {
+    return [...(this.byToken.get(tokenCid)?.values() ?? [])]
+  }
+
+  /** Number of revocations held */
+  get size (): number {
+    return this.seen.size
+  }
+}
+
+// ---------------------------------------------------------------------------
+// flooding
+
+export interface RevocationServiceInit {
+  /**
+   * Announces accepted from one peer: `requests` per `per` ms (token bucket);
+   * more get `RATE_LIMITED`
+   *
+   * @default { requests: 100, per: 60_000 }
+   */
+  rateLimit?: { requests: number, per: number }
+  /** Timeout of one announce sent to one peer, ms @default 5_000 */
+  announceTimeout?: number
+  /** Announces sent at once while flooding @default 16 */
+  concurrency?: number
+  /** Peers whose rate is tracked; the least recently seen are forgotten beyond this @default 10_000 */
+  maxTrackedPeers?: number
+}
+
+export interface PublishResult {
+  /** The revocation was new to the local store */
+  new: boolean
+  /** Connected peers it was sent to */
+  peers: number
+  /** Peers that acknowledged it */
+  delivered: number
+}
+
+export interface RevocationService {
+  readonly store: RevocationStore
+  /** Verify and store a revocation locally, then send it to every connected peer */
+  publish(rev: Revocation, options?: { signal?: AbortSignal }): Promise<PublishResult>
+  /** Stop serving the protocol and cancel floods in progress */
+  stop(): Promise<void>
+}
+
+/** Token buckets per peer, bounded in number */
+class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number, at: number }>()
+
+  constructor (private readonly requests: number, private readonly per: number, private readonly max: number) {}
+
+  take (peer: string, now = Date.now()): boolean {
+    const b = this.buckets.get(peer)
+    let tokens = this.requests
+    if (b != null) {
+      tokens = Math.min(this.requests, b.tokens + (now - b.at) * this.requests / this.per)
+      this.buckets.delete(peer)
+    }
+    const allowed = tokens >= 1
+    this.buckets.set(peer, { tokens: allowed ? tokens - 1 : tokens, at: now })
+    while (this.buckets.size > this.max) {
+      this.buckets.delete(this.buckets.keys().next().value as string)
+    }
+    return allowed
+  }
+}
+
+function positive (name: string, value: number): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new TypeError(`${name} must be a positive number, got ${String(value)}`)
+  }
+  return value
+}
+
+/**
+ * Serve `/ioa/revocation/1.0.0` on `node`: an `announce` carrying a
+ * revocation (its encoded bytes, or the record as a map) is verified, stored,
+ * and when it is new to `store` sent on to every connected peer except the
+ * sender, once. Answers `{ new: boolean }`; bad input gets a typed error
+ * (`INVALID_TOKEN`, `INVALID_SIGNATURE`, `RATE_LIMITED`).
+ */
+export async function createRevocationService (node: TransportNode, store: RevocationStore, init: RevocationServiceInit = {}): Promise<RevocationService> {
+  const rate = init.rateLimit ?? { requests: 100, per: 60_000 }
+  const limiter = new RateLimiter(
+    positive('rateLimit.requests', rate.requests),
+    positive('rateLimit.per', rate.per),
+    Math.floor(positive('maxTrackedPeers', init.maxTrackedPeers ?? 10_000))
+  )
+  const announceTimeout = positive('announceTimeout', init.announceTimeout ?? 5_000)
+  const concurrency = Math.floor(positive('concurrency', init.concurrency ?? 16))
+  const messaging = node.services.messaging
+  const controller = new AbortController()
+  const floods = new Set<Promise<unknown>>()
+  let stopped = false
+
+  const flood = async (bytes: Uint8Array, except?: PeerId, signal?: AbortSignal): Promise<{ peers: number, delivered: number }> => {
+    const targets = node.getPeers().filter(p => except == null || !p.equals(except))
+    const combined = signal != null ? AbortSignal.any([signal, controller.signal]) : controller.signal
+    let delivered = 0
+    let next = 0
+    const worker = async (): Promise<void> => {
+      while (next < targets.length && !combined.aborted) {
+        const peer = targets[next++]
+        try {
+          await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal: combined })
+          delivered++
+        } catch {
+          // a peer that does not speak the protocol, is gone, or refuses: it
+          // learns the revocation from another peer or not at all
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(concurrency, targets.length) }, worker))
+    return { peers: targets.length, delivered }
+  }
+
+  const track = (p: Promise<unknown>): void => {
+    floods.add(p)
+    p.catch(() => {}).finally(() => { floods.delete(p) })
+  }
+
+  await messaging.handle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD, async (payload, ctx) => {
+    if (stopped) throw new CollabError('STOPPED', 'Revocation service stopped')
+    if (!limiter.take(ctx.peer.toString())) {
+      throw new RateLimitedError(`Peer ${ctx.peer.toString()} sent more than ${rate.requests} announces in ${rate.per} ms`)
+    }
+    const rev = payload instanceof Uint8Array ? decodeRevocation(payload) : parseRevocation(payload)
+    const fresh = await store.add(rev, { signal: ctx.signal })
+    if (fresh && !stopped) {
+      // answer now; the flood goes on in the background
+      track(flood(encodeRevocation(rev), ctx.peer))
+    }
+    return { new: fresh }
+  })
+
+  return {
+    store,
+    async publish (rev, options = {}) {
+      if (stopped) throw new CollabError('STOPPED', 'Revocation service stopped')
+      const fresh = await store.add(rev, options)
+      const p = flood(encodeRevocation(rev), undefined, options.signal)
+      track(p)
+      const { peers, delivered } = await p
+      return { new: fresh, peers, delivered }
+    },
+    async stop () {
+      if (stopped) return
+      stopped = true
+      controller.abort(new CollabError('STOPPED', 'Revocation service stopped'))
+      await messaging.unhandle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD).catch(() => {})
+      await Promise.allSettled([...floods])
+    }
+  }
+}

@@ -40,11 +40,9 @@ async function multiHop (transport: 'memory' | 'tcp', size: number): Promise<voi
   const P = net.nodes[providerIndex]
   const agent = await ics[providerIndex].host({ key: 'hotel', name: 'Far Hotel', skills: [{ id: 'travel.hotel.booking' }], inbox: () => 'booked' })
 
-  // wait until the provider's announcement of every prefix has completed
+  // wait until the provider's announcements (each prefix and the agent id) are done
+  await ics[providerIndex].announced({ signal: AbortSignal.timeout(60_000) })
   const cids = await Promise.all(['travel', 'travel.hotel', 'travel.hotel.booking'].map(capabilityCid))
-  for (const cid of cids) {
-    await P.contentRouting.provide(cid, { signal: AbortSignal.timeout(30_000) })
-  }
 
   // the k = 20 peers closest to the record's key may hold it: ask from the
   // farthest peer that is not connected to the provider

@@ -61,6 +61,13 @@ export interface WaitOptions {
   timeout?: number
   /** @default 50 */
   interval?: number
+  /**
+   * Also wait until every node's first DHT self-query has finished, so no
+   * lookup of the test races the nodes' own start-up queries
+   *
+   * @default true
+   */
+  selfQuery?: boolean
   signal?: AbortSignal
 }
 
@@ -71,8 +78,13 @@ export interface Network extends AsyncDisposable {
   readonly edges: Array<[number, number]>
   /** Number of DHT routing table entries of node i */
   dhtPeers(i: number): number
-  /** Wait until every node has at least `minPeers` peers in its DHT routing table */
+  /**
+   * Wait until every node has at least `minPeers` peers in its DHT routing
+   * table (and, unless `selfQuery: false`, has finished its first self-query)
+   */
   waitForRoutingTables(minPeers: number, options?: WaitOptions): Promise<void>
+  /** Whether node i has finished its first DHT self-query */
+  selfQueryDone(i: number): boolean
   /** Dial node j from node i */
   connect(i: number, j: number, options?: { signal?: AbortSignal }): Promise<Connection>
   /** Whether nodes i and j currently have an open connection */
@@ -225,6 +237,7 @@ export async function startNetwork (opts: NetworkOptions): Promise<Network> {
 
   const started: TransportNode[] = []
   const nodes: TransportNode[] = new Array(size)
+  const selfQueried = new Array<boolean>(size).fill(false)
   const edges: Array<[number, number]> = []
   let stopping: Promise<void> | undefined
 
@@ -255,6 +268,10 @@ export async function startNetwork (opts: NetworkOptions): Promise<Network> {
       const node = await createTransportNode(init)
       started.push(node)
       nodes[i] = node
+      // libp2p re-dispatches the DHT's internal events on the node. The first
+      // self-query waits for a routing table peer, so it cannot finish before
+      // this listener is in place (unless nodeInit adds bootstrap peers).
+      node.addEventListener('kad-dht:query:self' as any, () => { selfQueried[i] = true }, { once: true })
       return node
     })
     signal?.throwIfAborted()
@@ -274,21 +291,23 @@ export async function startNetwork (opts: NetworkOptions): Promise<Network> {
     edges,
     dhtPeers: (i) => dhtRoutingTableSize(nodes[i]),
     async waitForRoutingTables (minPeers, options = {}) {
-      const { timeout = 30_000, interval = 50 } = options
+      const { timeout = 30_000, interval = 50, selfQuery = true } = options
       const waitSignal = options.signal ?? signal
       const deadline = Date.now() + timeout
       for (;;) {
         waitSignal?.throwIfAborted()
-        const sizes = nodes.map(dhtRoutingTableSize)
-        const behind = sizes.map((s, i) => [i, s]).filter(([, s]) => s < minPeers)
+        const behind = nodes
+          .map((n, i) => ({ i, peers: dhtRoutingTableSize(n), self: selfQueried[i] }))
+          .filter(({ peers, self }) => peers < minPeers || (selfQuery && !self))
         if (behind.length === 0) return
         if (Date.now() >= deadline) {
-          const detail = behind.slice(0, 10).map(([i, s]) => `node ${i}: ${s}`).join(', ')
+          const detail = behind.slice(0, 10).map(({ i, peers, self }) => `node ${i}: ${peers} peers${self ? '' : ', self-query pending'}`).join('; ')
           throw new Error(`DHT routing tables did not reach ${minPeers} peers within ${timeout} ms (${behind.length} behind; ${detail})`)
         }
         await delay(interval, waitSignal)
       }
     },
+    selfQueryDone: (i) => selfQueried[i],
     connect,
     isConnected: (i, j) => nodes[i].getConnections(nodes[j].peerId).some(c => c.status === 'open'),
     hops (i, j) {

@@ -35,3 +35,20 @@ export { declarativePlanner, compositionPlanner, llmPlanner, DEFAULT_SYSTEM_PROM
 export type {
   DeclarativePlannerInit, Template, TemplateStep, CompositionPlannerInit, LlmPlannerInit, CapabilityInfo
 } from './planners/index.js'
+export {
+  createEnvelope, verifyEnvelope, parseEnvelope, envelopeSigningBytes, bodyCid, randomNonce, ReplayCache,
+  ENVELOPE_PREFIX, ENVELOPE_LIMITS, TASK_ID_PATTERN, DEFAULT_ENVELOPE_TTL
+} from './envelope.js'
+export type { Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, VerifyEnvelopeOptions, VerifiedEnvelope } from './envelope.js'
+export {
+  allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, evaluatePolicy,
+  createApproval, verifyApproval, parseApproval, approvalSigningBytes, APPROVAL_PREFIX, DEFAULT_APPROVAL_TTL
+} from './policy.js'
+export type { Policy, PolicyContext, Decision, ConstraintPolicyInit, RateLimitInit, TimeWindowInit, Approval, ApprovalPayload, VerifyApprovalOptions } from './policy.js'
+export {
+  TASK_STATES, TERMINAL_STATES, TRANSITIONS, DEFAULT_TASK_LIMITS, isTaskState, isTerminal, canTransition, transition,
+  TaskStore, InvalidTransitionError, TaskLimitError
+} from './tasks.js'
+export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskRecord } from './tasks.js'
+export { createTaskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './task-service.js'
+export type { TaskService, TaskServiceInit, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './task-service.js'

@@ -233,6 +233,11 @@ export interface Interconnect {
   ping(peer: PeerId | string, options?: AbortOptions): Promise<number>
   /** Announce this peer as a provider of a capability (reference-counted) */
   announce(capability: string): Promise<void>
+  /**
+   * Resolve once every pending DHT announcement has been attempted (the
+   * background queue is empty); failed ones are still retried later
+   */
+  announced(options?: AbortOptions): Promise<void>
   /** Withdraw one announcement of a capability */
   withdraw(capability: string): Promise<void>
   /** Announce this peer as a provider of an agent id, so `resolve` finds it (gateways; reference-counted) */
@@ -307,6 +312,7 @@ class DefaultInterconnect implements Interconnect {
   private readonly provided = new Map<string, { cid: CID, refs: number }>()
   private readonly announceQueue: Array<{ key: string, cid: CID, attempt: number }> = []
   private announcing = 0
+  private announceWaiters: Array<() => void> = []
   private readonly discoveryCache = new Map<string, { at: number, results: DiscoveredAgent[] }>()
   private readonly routeCache = new Map<Did, { at: number, signed: SignedCard, peers: string[] }>()
   private readonly cardSources: CardSource[] = []
@@ -519,7 +525,17 @@ class DefaultInterconnect implements Interconnect {
             retry.unref?.()
           }
           if (this.started) this.pumpAnnouncements()
+          if (this.announcing === 0 && this.announceQueue.length === 0) {
+            for (const wake of this.announceWaiters.splice(0)) wake()
+          }
         })
+    }
+  }
+
+  async announced (options: AbortOptions = {}): Promise<void> {
+    while (this.announceQueue.length > 0 || this.announcing > 0) {
+      options.signal?.throwIfAborted()
+      await new Promise<void>(resolve => { this.announceWaiters.push(resolve) })
     }
   }
 

@@ -235,22 +235,22 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       streamMuxers: [yamux()],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
+      // a busy node can miss a heartbeat ping; that alone must not cut the link
+      connectionMonitor: { abortConnectionOnPingFailure: false },
       connectionManager: {
         maxConnections: init.maxConnections ?? 300,
         allow: init.allow ?? ['/ip4/127.0.0.1', '/ip6/::1']
       },
       services: {
         identify: identify(),
-        ping: ping(),
+        ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
         dht: kadDHT({
           protocol: init.dhtProtocol ?? IOA_DHT_PROTOCOL,
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
-          providers: {
-            provideValidity: Math.max(1, Math.round(providerTtl / 1000)),
-            cleanupInterval: Math.max(1, Math.round(providerTtl / 4000))
-          },
+          // kad-dht expires records it stores for others, and re-announces its
+          // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {
             validity: providerTtl,
             threshold: Math.round(providerTtl / 2),
@@ -262,9 +262,17 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     })
 
     if (owned) {
-      node.addEventListener('stop', () => {
-        (datastore as LevelDatastore).close().catch(() => {})
-      }, { once: true })
+      // the store opened here closes when the node stops, and stop() waits
+      // for it, so the directory can be reopened at once
+      const stop = node.stop.bind(node)
+      let closed = false
+      node.stop = async () => {
+        await stop()
+        if (!closed) {
+          closed = true
+          await (datastore as LevelDatastore).close()
+        }
+      }
     }
 
     if (init.start !== false) {

@@ -1,0 +1,347 @@
+/**
+ * Signed request envelopes: who asks whom to run which skill on which body,
+ * under which delegation chain. Wire format: `spec/collab-tasks.md`, section 2.
+ *
+ * ```
+ * signing-bytes = "ioa:envelope:v1" %x0A || dag-cbor(payload)
+ * envelope      = { payload, sig }        ; sig = Ed25519 by payload.from
+ * ```
+ */
+import * as dagCbor from '@ipld/dag-cbor'
+import { isCapability, isDid, verifyByDid } from '@ioa/interconnect'
+import { CID } from 'multiformats/cid'
+import { sha256 } from 'multiformats/hashes/sha2'
+import { toString as uint8ToString } from 'uint8arrays/to-string'
+import { DEFAULT_CLOCK_SKEW, capabilityFor, parseToken, verifyChain } from './delegation.js'
+import {
+  EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
+} from './errors.js'
+import type { Capability, Token, VerifiedChain } from './delegation.js'
+import type { Did, Identity } from '@ioa/interconnect'
+
+/** Domain-separation prefix of envelope signatures */
+export const ENVELOPE_PREFIX = 'ioa:envelope:v1\n'
+const PREFIX_BYTES = new TextEncoder().encode(ENVELOPE_PREFIX)
+
+export const ENVELOPE_LIMITS = Object.freeze({
+  /** Most tokens an envelope carries (the leaf and its proofs) */
+  maxProofs: 16,
+  /** Largest DAG-CBOR encoding of a whole envelope, in bytes */
+  maxEnvelopeBytes: 65_536,
+  /** Longest validity (exp - iat) of an envelope, in ms */
+  maxTtl: 600_000,
+  /** Nonce length bounds, in characters */
+  minNonce: 8,
+  maxNonce: 128,
+  /** Longest task id, in characters */
+  maxTaskId: 128
+})
+
+/** Task ids: letters, digits, `.`, `_`, `:`, `-`; 1–128 characters */
+export const TASK_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Default validity of a new envelope, in ms */
+export const DEFAULT_ENVELOPE_TTL = 60_000
+
+export interface EnvelopePayload {
+  v: 1
+  /** The sending agent; signs the envelope; must be the audience of the leaf token */
+  from: Did
+  /** The receiving agent */
+  to: Did
+  /** The capability invoked */
+  skill: string
+  /** The task id the request creates or addresses */
+  task: string
+  /** Random, unique per (from, envelope) */
+  nonce: string
+  /** Issued at, ms since the epoch */
+  iat: number
+  /** Not accepted after this time, ms since the epoch */
+  exp: number
+  /** CID (string, CIDv1 dag-cbor sha2-256) of the DAG-CBOR request body */
+  body: string
+  /** Delegation tokens: the leaf (audience `from`) first, then its proofs */
+  proofs: Token[]
+}
+
+export interface Envelope {
+  payload: EnvelopePayload
+  sig: Uint8Array
+}
+
+export interface EnvelopeInit {
+  to: Did
+  skill: string
+  task: string
+  /** The request body (any DAG-CBOR value); only its CID goes into the envelope */
+  body: unknown
+  /** Leaf token first */
+  proofs: Token[]
+  /** @default random 16 bytes, base64url */
+  nonce?: string
+  /** @default Date.now() */
+  issuedAt?: number
+  /** @default issuedAt + 60_000 */
+  expiresAt?: number
+}
+
+/** Random nonce: 16 bytes, base64url */
+export function randomNonce (): string {
+  return uint8ToString(globalThis.crypto.getRandomValues(new Uint8Array(16)), 'base64url')
+}
+
+/** CID (CIDv1, dag-cbor, sha2-256) of the DAG-CBOR encoding of a body, as a string */
+export async function bodyCid (body: unknown): Promise<string> {
+  let bytes: Uint8Array
+  try {
+    bytes = dagCbor.encode(body)
+  } catch (err: any) {
+    throw new InvalidEnvelopeError(`Body is not DAG-CBOR encodable: ${err?.message ?? err}`)
+  }
+  return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
+}
+
+/** The bytes an envelope signature covers */
+export function envelopeSigningBytes (payload: EnvelopePayload): Uint8Array {
+  const body = dagCbor.encode(payload)
+  const out = new Uint8Array(PREFIX_BYTES.length + body.length)
+  out.set(PREFIX_BYTES)
+  out.set(body, PREFIX_BYTES.length)
+  return out
+}
+
+/**
+ * Create and sign an envelope for a request body
+ */
+export async function createEnvelope (sender: Identity, init: EnvelopeInit): Promise<Envelope> {
+  const iat = init.issuedAt ?? Date.now()
+  const payload: EnvelopePayload = {
+    v: 1,
+    from: sender.did,
+    to: init.to,
+    skill: init.skill,
+    task: init.task,
+    nonce: init.nonce ?? randomNonce(),
+    iat,
+    exp: init.expiresAt ?? iat + DEFAULT_ENVELOPE_TTL,
+    body: await bodyCid(init.body),
+    proofs: init.proofs.map(t => parseToken(t))
+  }
+  // refuse to sign what a receiver would refuse to accept
+  const checked = parseEnvelope({ payload, sig: new Uint8Array(64) })
+  const sig = await sender.sign(envelopeSigningBytes(checked.payload))
+  return { payload: checked.payload, sig }
+}
+
+function isMap (v: unknown): v is Record<string, unknown> {
+  return v != null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof Uint8Array)
+}
+
+function isTime (v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0
+}
+
+/**
+ * Check the shape of a received envelope (no signature or chain check).
+ * Throws `InvalidEnvelopeError` for anything malformed.
+ */
+export function parseEnvelope (raw: unknown): Envelope {
+  if (!isMap(raw)) throw new InvalidEnvelopeError('Envelope must be a map')
+  const { payload, sig, ...extra } = raw
+  if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError(`Unknown envelope fields: ${Object.keys(extra).slice(0, 5).join(', ')}`)
+  if (!(sig instanceof Uint8Array) || sig.length !== 64) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
+  if (!isMap(payload)) throw new InvalidEnvelopeError('Envelope payload must be a map')
+  const { v, from, to, skill, task, nonce, iat, exp, body, proofs, ...rest } = payload
+  if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
+  if (v !== 1) throw new InvalidEnvelopeError('Unsupported envelope version')
+  if (!isDid(from)) throw new InvalidEnvelopeError('envelope.from must be a did:key')
+  if (!isDid(to)) throw new InvalidEnvelopeError('envelope.to must be a did:key')
+  if (!isCapability(skill)) throw new InvalidEnvelopeError('envelope.skill must be a capability name')
+  if (typeof task !== 'string' || !TASK_ID_PATTERN.test(task)) throw new InvalidEnvelopeError('envelope.task must match [A-Za-z0-9._:-]{1,128}')
+  if (typeof nonce !== 'string' || nonce.length < ENVELOPE_LIMITS.minNonce || nonce.length > ENVELOPE_LIMITS.maxNonce) {
+    throw new InvalidEnvelopeError(`envelope.nonce must be ${ENVELOPE_LIMITS.minNonce}-${ENVELOPE_LIMITS.maxNonce} characters`)
+  }
+  if (!isTime(iat) || !isTime(exp)) throw new InvalidEnvelopeError('envelope.iat and envelope.exp must be non-negative integers')
+  if (exp <= iat) throw new InvalidEnvelopeError('envelope.exp must be after envelope.iat')
+  if (exp - iat > ENVELOPE_LIMITS.maxTtl) throw new InvalidEnvelopeError(`Envelope validity exceeds ${ENVELOPE_LIMITS.maxTtl} ms`)
+  if (typeof body !== 'string' || body.length > 128) throw new InvalidEnvelopeError('envelope.body must be a CID string')
+  try {
+    const cid = CID.parse(body)
+    if (cid.version !== 1 || cid.code !== dagCbor.code || cid.multihash.code !== sha256.code) throw new Error('not a CIDv1 dag-cbor sha2-256')
+  } catch (err: any) {
+    throw new InvalidEnvelopeError(`envelope.body is not a dag-cbor CID: ${err?.message ?? err}`)
+  }
+  if (!Array.isArray(proofs) || proofs.length > ENVELOPE_LIMITS.maxProofs) {
+    throw new InvalidEnvelopeError(`envelope.proofs must be a list of at most ${ENVELOPE_LIMITS.maxProofs} tokens`)
+  }
+  // each token is checked for shape and limits (INVALID_TOKEN); verifyChain checks the rest
+  const tokens: Token[] = proofs.map(t => parseToken(t))
+  const env: Envelope = {
+    payload: { v, from, to, skill, task, nonce, iat, exp, body, proofs: tokens },
+    sig
+  }
+  let size: number
+  try {
+    size = dagCbor.encode(env).byteLength
+  } catch (err: any) {
+    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
+  }
+  if (size > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  return env
+}
+
+export interface ReplayCacheInit {
+  /**
+   * Most (from, nonce) entries remembered
+   *
+   * @default 100_000
+   */
+  maxEntries?: number
+  /**
+   * Added to an envelope's `exp` to get the time its entry may be forgotten
+   *
+   * @default 30_000
+   */
+  clockSkew?: number
+}
+
+/**
+ * Remembers the (from, nonce) pairs of accepted envelopes until they could no
+ * longer be accepted anyway (their `exp` + clock skew). Bounded: when full of
+ * unexpired entries it evicts the oldest and from then on refuses every
+ * envelope issued at or before the evicted one's `iat` (the floor), so an
+ * evicted nonce can never be replayed.
+ */
+export class ReplayCache {
+  readonly maxEntries: number
+  readonly clockSkew: number
+  private readonly entries = new Map<string, { expires: number, iat: number }>()
+  private floor = -Infinity
+
+  constructor (init: ReplayCacheInit = {}) {
+    this.maxEntries = init.maxEntries ?? 100_000
+    this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
+    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) throw new RangeError('maxEntries must be a positive integer')
+    if (!Number.isFinite(this.clockSkew) || this.clockSkew < 0) throw new RangeError('clockSkew must be >= 0')
+  }
+
+  get size (): number {
+    return this.entries.size
+  }
+
+  private static key (from: Did, nonce: string): string {
+    return `${from}\n${nonce}`
+  }
+
+  /** Has this (from, nonce) been seen, or is it below the floor? */
+  has (from: Did, nonce: string, iat: number, now = Date.now()): boolean {
+    const e = this.entries.get(ReplayCache.key(from, nonce))
+    if (e != null && e.expires >= now) return true
+    return iat <= this.floor
+  }
+
+  /**
+   * Record (from, nonce) unless already seen. Returns `false` when it was a
+   * replay (or below the floor); `true` when it is new and now remembered.
+   */
+  check (from: Did, nonce: string, iat: number, exp: number, now = Date.now()): boolean {
+    if (this.has(from, nonce, iat, now)) return false
+    if (this.entries.size >= this.maxEntries) this.prune(now)
+    while (this.entries.size >= this.maxEntries) {
+      const [oldestKey, oldest] = this.entries.entries().next().value as [string, { expires: number, iat: number }]
+      this.entries.delete(oldestKey)
+      this.floor = Math.max(this.floor, oldest.iat)
+      if (iat <= this.floor) return false
+    }
+    const key = ReplayCache.key(from, nonce)
+    this.entries.delete(key)
+    this.entries.set(key, { expires: exp + this.clockSkew, iat })
+    return true
+  }
+
+  /** Forget entries whose envelopes can no longer be accepted */
+  prune (now = Date.now()): void {
+    for (const [k, e] of this.entries) {
+      if (e.expires < now) this.entries.delete(k)
+    }
+  }
+
+  clear (): void {
+    this.entries.clear()
+    this.floor = -Infinity
+  }
+}
+
+export interface VerifyEnvelopeOptions {
+  /** The receiving agent: `payload.to` must equal it */
+  self: Did
+  replayCache: ReplayCache
+  /** @default Date.now() */
+  now?: number
+  /** @default 30_000 */
+  clockSkew?: number
+  /** Longest envelope validity (exp - iat) accepted, in ms (at most ENVELOPE_LIMITS.maxTtl) @default 600_000 */
+  maxTtl?: number
+  /** Passed to `verifyChain` */
+  maxDepth?: number
+  /** Passed to `verifyChain`: `issuers` are the principals that may revoke the token */
+  isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
+  /** Passed to `verifyChain`: accepted root principals (default: any) */
+  roots?: Did[]
+}
+
+export interface VerifiedEnvelope {
+  chain: VerifiedChain
+  /** The leaf capability covering `payload.skill` */
+  capability: Capability
+  /** The body CID (equal to `payload.body`) */
+  bodyCid: string
+}
+
+/**
+ * Verify a received envelope and its body: shape, `to`, time window,
+ * signature, nonce (replay cache), body CID, then the delegation chain
+ * (`aud` of the leaf is `from`, a capability covers `skill`).
+ *
+ * Errors: `INVALID_ENVELOPE`, `INVALID_TOKEN` (a malformed proof),
+ * `ENVELOPE_EXPIRED`, `INVALID_SIGNATURE`,
+ * `REPLAY`, `UNAUTHORIZED`, and the chain errors of `verifyChain`
+ * (`INVALID_TOKEN`, `TOKEN_EXPIRED`, `ESCALATION`, `REVOKED`, …).
+ */
+export async function verifyEnvelope (raw: unknown, body: unknown, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
+  const env = parseEnvelope(raw)
+  const p = env.payload
+  const now = options.now ?? Date.now()
+  const skew = options.clockSkew ?? DEFAULT_CLOCK_SKEW
+
+  if (p.to !== options.self) throw new InvalidEnvelopeError('Envelope is addressed to another agent')
+  if (options.maxTtl != null && p.exp - p.iat > options.maxTtl) throw new InvalidEnvelopeError(`Envelope validity exceeds ${options.maxTtl} ms`)
+  if (p.iat > now + skew) throw new InvalidEnvelopeError('Envelope issued in the future')
+  if (p.exp + skew < now) throw new EnvelopeExpiredError(`Envelope expired at ${p.exp}`)
+
+  if (!await verifyByDid(p.from, envelopeSigningBytes(p), env.sig)) {
+    throw new InvalidSignatureError('Envelope signature does not verify')
+  }
+  // the nonce is consumed by any correctly signed envelope, whatever follows
+  if (!options.replayCache.check(p.from, p.nonce, p.iat, p.exp, now)) {
+    throw new ReplayError('Envelope nonce already used')
+  }
+  const cid = await bodyCid(body)
+  if (cid !== p.body) throw new InvalidEnvelopeError('Body does not match envelope.body')
+
+  if (p.proofs.length === 0) throw new UnauthorizedError(`No delegation for ${p.skill}`)
+  const chain = await verifyChain(p.proofs[0], p.proofs.slice(1), {
+    now,
+    clockSkew: skew,
+    ...(options.maxDepth != null ? { maxDepth: options.maxDepth } : {}),
+    ...(options.isRevoked != null ? { isRevoked: options.isRevoked } : {}),
+    ...(options.roots != null ? { roots: options.roots } : {})
+  })
+  if (chain.audience !== p.from) {
+    throw new UnauthorizedError('The delegation was not granted to the sender')
+  }
+  const capability = capabilityFor(chain, p.skill)
+  if (capability == null) throw new UnauthorizedError(`The delegation does not cover ${p.skill}`)
+  return { chain, capability, bodyCid: cid }
+}

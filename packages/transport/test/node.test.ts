@@ -1,0 +1,209 @@
+/**
+ * createTransportNode: identity persistence, the three transports, bootstrap
+ * and argument checks.
+ */
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { MemoryDatastore } from 'datastore-core'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createTransportNode, IOA_DHT_PROTOCOL } from '../src/index.js'
+import type { TransportNode, TransportNodeInit } from '../src/index.js'
+
+const PROTO = '/ioa/test/1.0.0'
+
+const nodes: TransportNode[] = []
+const dirs: string[] = []
+let counter = 0
+
+async function makeNode (init: TransportNodeInit = {}): Promise<TransportNode> {
+  const node = await createTransportNode(init)
+  nodes.push(node)
+  return node
+}
+
+const tcpInit = (): TransportNodeInit => ({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
+const memoryInit = (): TransportNodeInit => ({ transports: ['memory'], listen: [`/memory/node-test-${process.pid}-${counter++}`] })
+
+async function tempDir (): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'ioa-node-test-'))
+  dirs.push(dir)
+  return dir
+}
+
+const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
+
+async function until (fn: () => boolean | Promise<boolean>, timeout = 10_000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeout
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeout} ms`)
+    await delay(25)
+  }
+}
+
+/**
+ * Create a node on a data directory that a stopped node used. `stop()` can
+ * resolve before the LevelDB of `dataDir` is closed (see the todo below), so
+ * retry while the directory is still locked.
+ */
+async function reopen (init: TransportNodeInit, timeout = 5_000): Promise<TransportNode> {
+  const deadline = Date.now() + timeout
+  for (;;) {
+    try {
+      return await makeNode(init)
+    } catch (err: any) {
+      if (err.name !== 'OpenFailedError' || Date.now() > deadline) throw err
+      await delay(50)
+    }
+  }
+}
+
+/**
+ * Ping `to` from `from`. @libp2p/ping allows one outbound ping stream per
+ * connection and its `ping()` resolves before that stream has fully closed,
+ * so a ping right after another one on the same connection (in either
+ * direction: measured 10-11 of 20) fails with
+ * TooManyOutboundProtocolStreamsError; retry those for a moment.
+ */
+async function ping (from: TransportNode, to: TransportNode, timeout = 5_000): Promise<number> {
+  const deadline = Date.now() + timeout
+  for (;;) {
+    try {
+      return await from.services.ping.ping(to.peerId, { signal: AbortSignal.timeout(timeout) })
+    } catch (err: any) {
+      if (err.name !== 'TooManyOutboundProtocolStreamsError' || Date.now() > deadline) throw err
+      await delay(25)
+    }
+  }
+}
+
+async function expectRejection (p: Promise<unknown>, name: string): Promise<Error> {
+  try {
+    await p
+  } catch (err: any) {
+    expect(err.name).toBe(name)
+    return err
+  }
+  throw new Error(`expected ${name}, got success`)
+}
+
+afterEach(async () => {
+  await Promise.all(nodes.splice(0).map(async n => n.stop()))
+  await Promise.all(dirs.splice(0).map(async d => rm(d, { recursive: true, force: true })))
+})
+
+describe('createTransportNode', () => {
+  it('starts by default, on TCP loopback, with the agent DHT protocol', async () => {
+    const node = await makeNode(tcpInit())
+    expect(node.status).toBe('started')
+    expect(node.getMultiaddrs().map(String).some(a => a.startsWith('/ip4/127.0.0.1/tcp/'))).toBe(true)
+    expect(node.getProtocols()).toContain(IOA_DHT_PROTOCOL)
+    expect(node.getProtocols()).not.toContain('/ipfs/kad/1.0.0')
+    expect(node.services.dht.getMode()).toBe('server')
+
+    const idle = await makeNode({ ...tcpInit(), start: false })
+    expect(idle.status).toBe('stopped')
+    await idle.start()
+    expect(idle.status).toBe('started')
+  })
+
+  it('keeps its peer id across restarts from the same data directory', async () => {
+    const dir = await tempDir()
+    const first = await makeNode({ ...tcpInit(), dataDir: dir })
+    const id = first.peerId.toString()
+    await first.stop()
+
+    const second = await reopen({ ...tcpInit(), dataDir: dir })
+    expect(second.peerId.toString()).toBe(id)
+    await second.stop()
+
+    const other = await makeNode({ ...tcpInit(), dataDir: await tempDir() })
+    expect(other.peerId.toString()).not.toBe(id)
+  })
+
+  // node.ts closes a LevelDB it opened from `dataDir` in a 'stop' event
+  // listener without awaiting it, so `stop()` resolves while the database
+  // still holds its lock (an immediate reopen failed in 19 of 40 tries), and a
+  // node created with `start: false` that never started never closes it
+  it.todo('can reopen its data directory as soon as stop() has resolved')
+  it.todo('closes the LevelDB of a data directory when a node that never started is stopped')
+
+  it('keeps its peer id across restarts from the same datastore instance', async () => {
+    const datastore = new MemoryDatastore()
+    const first = await makeNode({ ...memoryInit(), datastore })
+    const id = first.peerId.toString()
+    await first.stop()
+
+    const second = await makeNode({ ...memoryInit(), datastore })
+    expect(second.peerId.toString()).toBe(id)
+
+    const fresh = await makeNode({ ...memoryInit(), datastore: new MemoryDatastore() })
+    expect(fresh.peerId.toString()).not.toBe(id)
+    const noStore = await makeNode(memoryInit())
+    expect(noStore.peerId.toString()).not.toBe(id)
+  })
+
+  it('connects two nodes over TCP that ping each other and see each other\'s DHT', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode(tcpInit())
+    const conn = await a.dial(b.getMultiaddrs())
+    expect(conn.remotePeer.equals(b.peerId)).toBe(true)
+    expect(conn.remoteAddr.toString()).toMatch(/^\/ip4\/127\.0\.0\.1\/tcp\/\d+/)
+
+    expect(await ping(a, b)).toBeGreaterThanOrEqual(0)
+    expect(await ping(b, a)).toBeGreaterThanOrEqual(0)
+
+    // identify tells each side that the other speaks the agent DHT
+    await until(async () => (await a.peerStore.get(b.peerId)).protocols.includes(IOA_DHT_PROTOCOL), 10_000, 'identify')
+    expect(b.getConnections(a.peerId).length).toBeGreaterThan(0)
+  })
+
+  it('serves messaging over WebSockets', async () => {
+    const server = await makeNode({ transports: ['websockets'], listen: ['/ip4/127.0.0.1/tcp/0/ws'] })
+    const client = await makeNode({ transports: ['websockets'] })
+    await server.services.messaging.handle(PROTO, 'echo', p => p)
+
+    const addr = server.getMultiaddrs().find(ma => ma.toString().includes('/ws'))
+    expect(addr?.toString()).toMatch(/^\/ip4\/127\.0\.0\.1\/tcp\/\d+\/ws\/p2p\//)
+    if (addr == null) throw new Error('no WebSocket address')
+
+    expect(await client.services.messaging.request(addr, PROTO, 'echo', { x: 1 })).toEqual({ x: 1 })
+    const conns = client.getConnections(server.peerId)
+    expect(conns).toHaveLength(1)
+    expect(conns[0].remoteAddr.toString()).toContain('/ws')
+  })
+
+  it('does not dial a WebSocket address without the WebSocket transport', async () => {
+    const server = await makeNode({ transports: ['websockets'], listen: ['/ip4/127.0.0.1/tcp/0/ws'] })
+    const tcpOnly = await makeNode(tcpInit())
+    await expect(tcpOnly.dial(server.getMultiaddrs(), { signal: AbortSignal.timeout(5_000) })).rejects.toThrow()
+  })
+
+  it('connects nodes over the in-memory transport', async () => {
+    const a = await makeNode(memoryInit())
+    const b = await makeNode(memoryInit())
+    expect(a.getMultiaddrs()[0].toString()).toMatch(/^\/memory\/node-test-/)
+    const conn = await b.dial(a.getMultiaddrs())
+    expect(conn.remoteAddr.toString()).toMatch(/^\/memory\//)
+    expect(await ping(b, a)).toBeGreaterThanOrEqual(0)
+    expect(a.getPeers().map(String)).toContain(b.peerId.toString())
+  })
+
+  it('joins the network through its bootstrap list by itself', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()] })
+    await until(() => b.getConnections(a.peerId).length > 0, 10_000, 'bootstrap connection')
+    // the dialling side finishes the Noise handshake first: A's side follows shortly
+    await until(() => a.getConnections(b.peerId).length > 0, 5_000, 'inbound connection on the bootstrap peer')
+    expect(b.getConnections(a.peerId)[0].direction).toBe('outbound')
+    // and the bootstrap peer ends up in its DHT routing table
+    const dht = b.services.dht as unknown as { routingTable: { size: number } }
+    await until(() => dht.routingTable.size > 0, 10_000, 'routing table entry')
+  })
+
+  it('rejects an unknown transport name with InvalidArgumentError', async () => {
+    const err = await expectRejection(createTransportNode({ transports: ['udp' as any] }), 'InvalidArgumentError')
+    expect(err.message).toContain('udp')
+    expect((err as Error & { code?: string }).code).toBe('INVALID_ARGUMENT')
+  })
+})

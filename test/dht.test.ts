@@ -122,38 +122,60 @@ function report (label: string, ready: number, r: LookupResult): void {
     `queried ${r.queried} peers, record from ${r.recordSources.length} peer(s)`)
 }
 
-async function start (opts: NetworkOptions): Promise<Network> {
-  net = await startNetwork(opts)
-  return net
+interface LookupCase {
+  /** Names the CID that P provides */
+  label: string
+  /** Names the case in the report */
+  title: string
+  network: NetworkOptions
+  /** How long the routing tables may take to fill */
+  readyTimeout: number
+  /** Checks of the start-up graph, before the routing tables fill */
+  checkGraph?: (network: Network) => void
+}
+
+/**
+ * Start the network of `c`, wait for its routing tables, run provideAndFind
+ * and report it; the asker must be at least two hops from P.
+ */
+async function lookupAcross (c: LookupCase): Promise<void> {
+  const started = Date.now()
+  const network = await startNetwork(c.network)
+  net = network
+  c.checkGraph?.(network)
+  await network.waitForRoutingTables(2, { timeout: c.readyTimeout })
+  const ready = Date.now() - started
+
+  const result = await provideAndFind(network, c.label)
+  report(c.title, ready, result)
+  expect(result.hops).toBeGreaterThanOrEqual(2)
 }
 
 describe('DHT lookups across a sparse network', () => {
   it('finds a provider over several hops among 50 memory nodes', async () => {
-    const started = Date.now()
-    const network = await start({ size: 50, transport: 'memory', topology: 'random', degree: 3, seed: 50 })
-    // the start-up graph is sparse: 75 links among 50 nodes, nobody near k = 20
-    const degrees = new Array<number>(50).fill(0)
-    for (const [a, b] of network.edges) { degrees[a]++; degrees[b]++ }
-    expect(network.edges).toHaveLength(75)
-    expect(Math.max(...degrees)).toBeLessThan(10)
-    await network.waitForRoutingTables(2, { timeout: 40_000 })
-    const ready = Date.now() - started
-
-    const result = await provideAndFind(network, 'memory-50')
-    report('memory, 50 nodes', ready, result)
-    expect(result.hops).toBeGreaterThanOrEqual(2)
+    await lookupAcross({
+      label: 'memory-50',
+      title: 'memory, 50 nodes',
+      network: { size: 50, transport: 'memory', topology: 'random', degree: 3, seed: 50 },
+      readyTimeout: 40_000,
+      checkGraph: (network) => {
+        // the start-up graph is sparse: 75 links among 50 nodes, nobody near k = 20
+        const degrees = new Array<number>(50).fill(0)
+        for (const [a, b] of network.edges) { degrees[a]++; degrees[b]++ }
+        expect(network.edges).toHaveLength(75)
+        expect(Math.max(...degrees)).toBeLessThan(10)
+      }
+    })
   }, 90_000)
 
   it('finds a provider over TCP among 20 nodes', async () => {
-    const started = Date.now()
-    // k = 20 with 20 nodes would let every lookup reach every peer; a small
-    // bucket keeps the routing tables partial so the lookup has to hop
-    const network = await start({ size: 20, transport: 'tcp', topology: 'ring', nodeInit: () => ({ dhtKBucketSize: 4 }) })
-    await network.waitForRoutingTables(2, { timeout: 30_000 })
-    const ready = Date.now() - started
-
-    const result = await provideAndFind(network, 'tcp-20')
-    report('tcp, 20 nodes', ready, result)
-    expect(result.hops).toBeGreaterThanOrEqual(2)
+    await lookupAcross({
+      label: 'tcp-20',
+      title: 'tcp, 20 nodes',
+      // k = 20 with 20 nodes would let every lookup reach every peer; a small
+      // bucket keeps the routing tables partial so the lookup has to hop
+      network: { size: 20, transport: 'tcp', topology: 'ring', nodeInit: () => ({ dhtKBucketSize: 4 }) },
+      readyTimeout: 30_000
+    })
   }, 60_000)
 })

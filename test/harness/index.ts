@@ -20,6 +20,7 @@
  * ```
  */
 import { createTransportNode } from '@ioa/transport'
+import { delay, prng } from '../util.js'
 import type { TransportNode, TransportNodeInit } from '@ioa/transport'
 import type { Connection } from '@libp2p/interface'
 
@@ -97,22 +98,6 @@ export interface Network extends AsyncDisposable {
 
 let networkCounter = 0
 
-const delay = async (ms: number, signal?: AbortSignal): Promise<void> => new Promise((resolve, reject) => {
-  if (signal?.aborted === true) {
-    reject(signal.reason)
-    return
-  }
-  const onAbort = (): void => {
-    clearTimeout(timer)
-    reject(signal?.reason)
-  }
-  const timer = setTimeout(() => {
-    signal?.removeEventListener('abort', onAbort)
-    resolve()
-  }, ms)
-  signal?.addEventListener('abort', onAbort, { once: true })
-})
-
 /** Run `fn` over `items` with at most `limit` calls in flight; rejects with the first error after all settle */
 async function mapLimit<T, R> (items: T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length)
@@ -131,18 +116,6 @@ async function mapLimit<T, R> (items: T[], limit: number, fn: (item: T, index: n
   await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker))
   if (failure != null) throw failure.err
   return results
-}
-
-/** mulberry32: a small seeded PRNG so a failing random topology can be reproduced */
-function prng (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 /** The links of a topology as [dialler, listener] pairs without duplicates */

@@ -3,12 +3,9 @@
  * run time), encoding and its bounds, attenuation rules, and every check of
  * chain verification with the error it gives.
  */
-import { readFileSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import * as dagCbor from '@ipld/dag-cbor'
 import { createIdentity, identityFromPrivateKey } from '@ioa/interconnect'
 import { randomBytes } from '@libp2p/crypto'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
 import { MemoryDatastore } from 'datastore-core'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
@@ -19,33 +16,13 @@ import {
 } from '../src/delegation.js'
 import { EscalationError, InvalidTokenError, fromRemote } from '../src/errors.js'
 import { RevocationStore, createRevocation, encodeRevocation, revocationCid, revocationSigningBytes } from '../src/revocation.js'
+import { ed25519KeyFromSeed, errorOf, fromHex, readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
 import type { Capability, DelegateInit, Token, TokenPayload, VerifiedChain } from '../src/delegation.js'
 import type { Identity } from '@ioa/interconnect'
 
 const T0 = 1_767_225_600_000
 const MIN = 60_000
 const HOUR = 3_600_000
-
-const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex')
-const fromHex = (h: string): Uint8Array => new Uint8Array(Buffer.from(h, 'hex'))
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
-
-function errorOf (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
-}
 
 async function codeOf (p: Promise<unknown>): Promise<string> {
   return (await rejectionOf(p)).code
@@ -76,21 +53,13 @@ interface Vectors {
   escalation: VectorToken & { pool: string[], error: string }
 }
 
-const spec = readFileSync(fileURLToPath(new URL('../../../spec/collab-delegation.md', import.meta.url)), 'utf8')
-
-function block<T> (tag: string): T {
-  const match = spec.match(new RegExp('```' + tag + '\\n([\\s\\S]*?)\\n```'))
-  if (match == null) throw new Error(`No \`\`\`${tag} block in spec/collab-delegation.md`)
-  return JSON.parse(match[1]) as T
-}
-
 describe('spec/collab-delegation.md test vectors', () => {
-  const v = block<Vectors>('json vectors')
+  const v = readSpecBlock<Vectors>('collab-delegation.md', 'vectors')
   const ids: Record<string, Identity> = {}
 
   beforeAll(async () => {
     for (const [name, p] of Object.entries(v.principals)) {
-      ids[name] = identityFromPrivateKey(await generateKeyPairFromSeed('Ed25519', fromHex(p.seed)))
+      ids[name] = identityFromPrivateKey(await ed25519KeyFromSeed(p.seed))
     }
   })
 

@@ -9,6 +9,7 @@ import { delegate, tokenCid } from '../src/delegation.js'
 import {
   ENVELOPE_LIMITS, ENVELOPE_PREFIX, ReplayCache, bodyCid, createEnvelope, envelopeSigningBytes, parseEnvelope, verifyEnvelope
 } from '../src/envelope.js'
+import { expectErrorCode } from '../../../test/util.js'
 import type { Token } from '../src/delegation.js'
 import type { Envelope } from '../src/envelope.js'
 import type { Identity } from '@ioa/interconnect'
@@ -18,18 +19,6 @@ let car: Identity
 let pay: Identity
 let other: Identity
 let carToken: Token
-
-async function expectCode (p: Promise<unknown> | (() => unknown), code: string): Promise<any> {
-  let err: any
-  try {
-    await (typeof p === 'function' ? p() : p)
-  } catch (e) {
-    err = e
-  }
-  expect(err, `expected ${code}`).toBeDefined()
-  expect(err.code).toBe(code)
-  return err
-}
 
 beforeAll(async () => {
   driver = await createIdentity()
@@ -79,27 +68,27 @@ describe('envelope', () => {
     const env = await envelope()
     const replayCache = new ReplayCache()
     await verifyEnvelope(env, body, { self: pay.did, replayCache })
-    await expectCode(verifyEnvelope(env, body, { self: pay.did, replayCache }), 'REPLAY')
+    await expectErrorCode(verifyEnvelope(env, body, { self: pay.did, replayCache }), 'REPLAY')
     // a freshly signed envelope that reuses the nonce is refused as well
     const env2 = await envelope({ nonce: env.payload.nonce }, car)
-    await expectCode(verifyEnvelope(env2, body, { self: pay.did, replayCache }), 'REPLAY')
+    await expectErrorCode(verifyEnvelope(env2, body, { self: pay.did, replayCache }), 'REPLAY')
   })
 
   it('rejects expired, future and over-long envelopes', async () => {
     const now = Date.now()
     const replayCache = new ReplayCache()
     const old = await envelope({ issuedAt: now - 200_000, expiresAt: now - 100_000 })
-    await expectCode(verifyEnvelope(old, body, { self: pay.did, replayCache }), 'ENVELOPE_EXPIRED')
+    await expectErrorCode(verifyEnvelope(old, body, { self: pay.did, replayCache }), 'ENVELOPE_EXPIRED')
     // within the clock skew it is still accepted
     const late = await envelope({ issuedAt: now - 50_000, expiresAt: now - 10_000 })
     await verifyEnvelope(late, body, { self: pay.did, replayCache })
     const future = await envelope({ issuedAt: now + 120_000, expiresAt: now + 130_000 })
-    await expectCode(verifyEnvelope(future, body, { self: pay.did, replayCache }), 'INVALID_ENVELOPE')
-    await expectCode(envelope({ issuedAt: now, expiresAt: now + ENVELOPE_LIMITS.maxTtl + 1 }), 'INVALID_ENVELOPE')
-    await expectCode(envelope({ issuedAt: now, expiresAt: now }), 'INVALID_ENVELOPE')
+    await expectErrorCode(verifyEnvelope(future, body, { self: pay.did, replayCache }), 'INVALID_ENVELOPE')
+    await expectErrorCode(envelope({ issuedAt: now, expiresAt: now + ENVELOPE_LIMITS.maxTtl + 1 }), 'INVALID_ENVELOPE')
+    await expectErrorCode(envelope({ issuedAt: now, expiresAt: now }), 'INVALID_ENVELOPE')
     // a receiver with a shorter replay window refuses longer-lived envelopes
     const long = await envelope({ issuedAt: now, expiresAt: now + 120_000 })
-    await expectCode(verifyEnvelope(long, body, { self: pay.did, replayCache, maxTtl: 60_000 }), 'INVALID_ENVELOPE')
+    await expectErrorCode(verifyEnvelope(long, body, { self: pay.did, replayCache, maxTtl: 60_000 }), 'INVALID_ENVELOPE')
   })
 
   it('rejects tampering, wrong recipient and a body that does not match', async () => {
@@ -107,27 +96,27 @@ describe('envelope', () => {
     const env = await envelope()
     const sig = new Uint8Array(env.sig)
     sig[0] ^= 1
-    await expectCode(verifyEnvelope({ ...env, sig }, body, { self: pay.did, replayCache }), 'INVALID_SIGNATURE')
-    await expectCode(verifyEnvelope({ ...env, payload: { ...env.payload, skill: 'payment.refund' } }, body, { self: pay.did, replayCache }), 'INVALID_SIGNATURE')
-    await expectCode(verifyEnvelope(env, body, { self: other.did, replayCache }), 'INVALID_ENVELOPE')
-    await expectCode(verifyEnvelope(await envelope(), { input: { amount: 999, currency: 'EUR' } }, { self: pay.did, replayCache }), 'INVALID_ENVELOPE')
+    await expectErrorCode(verifyEnvelope({ ...env, sig }, body, { self: pay.did, replayCache }), 'INVALID_SIGNATURE')
+    await expectErrorCode(verifyEnvelope({ ...env, payload: { ...env.payload, skill: 'payment.refund' } }, body, { self: pay.did, replayCache }), 'INVALID_SIGNATURE')
+    await expectErrorCode(verifyEnvelope(env, body, { self: other.did, replayCache }), 'INVALID_ENVELOPE')
+    await expectErrorCode(verifyEnvelope(await envelope(), { input: { amount: 999, currency: 'EUR' } }, { self: pay.did, replayCache }), 'INVALID_ENVELOPE')
   })
 
   it('checks the chain: audience, capability, escalation, expiry, revocation, roots', async () => {
     const replayCache = new ReplayCache()
     const opts = { self: pay.did, replayCache }
     // no proofs at all
-    await expectCode(verifyEnvelope(await envelope({ proofs: [] }), body, opts), 'UNAUTHORIZED')
+    await expectErrorCode(verifyEnvelope(await envelope({ proofs: [] }), body, opts), 'UNAUTHORIZED')
     // the token was granted to someone else
-    await expectCode(verifyEnvelope(await envelope({}, other), body, opts), 'UNAUTHORIZED')
+    await expectErrorCode(verifyEnvelope(await envelope({}, other), body, opts), 'UNAUTHORIZED')
     // no capability for the skill
-    await expectCode(verifyEnvelope(await envelope({ skill: 'payment.refund' }), body, opts), 'UNAUTHORIZED')
+    await expectErrorCode(verifyEnvelope(await envelope({ skill: 'payment.refund' }), body, opts), 'UNAUTHORIZED')
     // a prefix pattern covers the skill below it
     const ok = await verifyEnvelope(await envelope({ skill: 'travel.hotel.booking' }), body, opts)
     expect(ok.capability.skill).toBe('travel.*')
     // escalation: the second link grants more than the first
     const wide = await delegate(car, { audience: other.did, capabilities: [{ skill: 'payment.pay', constraints: { maxAmount: 1000, currency: 'EUR' } }], expiresAt: Date.now() + 60_000, proofs: [carToken] })
-    await expectCode(verifyEnvelope(await envelope({ proofs: [wide, carToken] }, other), body, opts), 'ESCALATION')
+    await expectErrorCode(verifyEnvelope(await envelope({ proofs: [wide, carToken] }, other), body, opts), 'ESCALATION')
     // a narrower second link is fine
     const narrow = await delegate(car, { audience: other.did, capabilities: [{ skill: 'payment.pay', constraints: { maxAmount: 100, currency: 'EUR' } }], expiresAt: Date.now() + 60_000, proofs: [carToken] })
     const two = await verifyEnvelope(await envelope({ proofs: [narrow, carToken] }, other), body, opts)
@@ -135,12 +124,12 @@ describe('envelope', () => {
     expect(two.capability.constraints).toEqual({ maxAmount: 100, currency: 'EUR' })
     // expired token
     const expired = await delegate(driver, { audience: car.did, capabilities: [{ skill: 'payment.pay' }], expiresAt: Date.now() - 120_000 })
-    await expectCode(verifyEnvelope(await envelope({ proofs: [expired] }), body, opts), 'TOKEN_EXPIRED')
+    await expectErrorCode(verifyEnvelope(await envelope({ proofs: [expired] }), body, opts), 'TOKEN_EXPIRED')
     // revoked token
     const revoked = (await tokenCid(carToken)).toString()
-    await expectCode(verifyEnvelope(await envelope(), body, { ...opts, isRevoked: (cid) => cid === revoked }), 'REVOKED')
+    await expectErrorCode(verifyEnvelope(await envelope(), body, { ...opts, isRevoked: (cid) => cid === revoked }), 'REVOKED')
     // untrusted root
-    await expectCode(verifyEnvelope(await envelope(), body, { ...opts, roots: [other.did] }), 'PRINCIPAL_MISMATCH')
+    await expectErrorCode(verifyEnvelope(await envelope(), body, { ...opts, roots: [other.did] }), 'PRINCIPAL_MISMATCH')
   })
 
   it('rejects malformed envelopes with INVALID_ENVELOPE or INVALID_TOKEN', async () => {
@@ -164,11 +153,11 @@ describe('envelope', () => {
       { ...env, payload: { ...env.payload, unknown: true } }
     ]
     for (const b of bad) {
-      await expectCode(() => parseEnvelope(b), 'INVALID_ENVELOPE')
-      await expectCode(verifyEnvelope(b, body, { self: pay.did, replayCache: new ReplayCache() }), 'INVALID_ENVELOPE')
+      await expectErrorCode(() => parseEnvelope(b), 'INVALID_ENVELOPE')
+      await expectErrorCode(verifyEnvelope(b, body, { self: pay.did, replayCache: new ReplayCache() }), 'INVALID_ENVELOPE')
     }
-    await expectCode(() => parseEnvelope({ ...env, payload: { ...env.payload, proofs: [{ payload: {}, sig: new Uint8Array(64) }] } }), 'INVALID_TOKEN')
-    await expectCode(() => parseEnvelope({ ...env, payload: { ...env.payload, skill: 'x'.repeat(70_000) } }), 'INVALID_ENVELOPE')
+    await expectErrorCode(() => parseEnvelope({ ...env, payload: { ...env.payload, proofs: [{ payload: {}, sig: new Uint8Array(64) }] } }), 'INVALID_TOKEN')
+    await expectErrorCode(() => parseEnvelope({ ...env, payload: { ...env.payload, skill: 'x'.repeat(70_000) } }), 'INVALID_ENVELOPE')
   })
 })
 

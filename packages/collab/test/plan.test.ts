@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { criticalPath, PLAN_LIMITS, resolveInput, subGoal, topologicalOrder, validatePlan } from '../src/plan.js'
+import { errorOf } from '../../../test/util.js'
 import type { Plan, PlanStep } from '../src/plan.js'
 
 const GOAL = { intent: 'book a hotel for tonight', input: { from: 'Lyon', to: 'Amsterdam', budget: 150, card: { last4: '4242' } } }
@@ -24,18 +25,9 @@ const CAR: Plan = plan([
   { id: 'pay', capability: 'payment.pay', input: { amount: { $ref: 'book.amount' }, card: { $input: 'card' }, note: ['for', { $ref: 'route' }] }, dependsOn: ['book'] }
 ], { output: 'pay' })
 
-function invalidOf (value: unknown): any {
-  try {
-    validatePlan(value)
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected validatePlan to throw')
-}
-
 /** Expect an InvalidPlanError naming `field` (and matching `message` when given) */
 function expectInvalid (value: unknown, field: string, message?: RegExp): void {
-  const err = invalidOf(value)
+  const err = errorOf(() => validatePlan(value))
   expect(err.name).toBe('InvalidPlanError')
   expect(err.code).toBe('INVALID_PLAN')
   expect(err.field).toBe(field)
@@ -122,7 +114,7 @@ describe('validatePlan: structure', () => {
     expectInvalid(plan([step('a', [], { f: () => 1 })]), 'steps[0].input.f')
     let deep: unknown = 1
     for (let i = 0; i < 40; i++) deep = { d: deep }
-    expect(invalidOf(plan([step('a', [], { deep })])).message).toMatch(/nested deeper than 32/)
+    expect(errorOf(() => validatePlan(plan([step('a', [], { deep })]))).message).toMatch(/nested deeper than 32/)
     expectInvalid(plan([step('a', [], { big: 'x'.repeat(PLAN_LIMITS.maxPlanBytes) })]), 'plan', /bytes/)
     expect(validatePlan(plan([step('a', [], { bytes: new Uint8Array([1, 2]), n: null, b: true })])).steps[0].input.bytes).toEqual(new Uint8Array([1, 2]))
   })
@@ -167,7 +159,7 @@ describe('validatePlan: references', () => {
   })
 
   it('gives the reference in the error', () => {
-    const err = invalidOf(plan([step('a'), step('b', [], { x: { $ref: 'a.b.c' } })]))
+    const err = errorOf(() => validatePlan(plan([step('a'), step('b', [], { x: { $ref: 'a.b.c' } })])))
     expect(err.ref).toBe('$ref:a.b.c')
   })
 

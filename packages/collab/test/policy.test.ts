@@ -8,6 +8,7 @@ import {
   allOf, allowAll, approvalPolicy, approvalSigningBytes, constraintPolicy, createApproval, evaluatePolicy, parseApproval,
   rateLimitPolicy, timeWindowPolicy, verifyApproval, APPROVAL_PREFIX
 } from '../src/policy.js'
+import { expectErrorCode } from '../../../test/util.js'
 import type { Capability, VerifiedChain } from '../src/delegation.js'
 import type { Policy, PolicyContext } from '../src/policy.js'
 import type { Identity } from '@ioa/interconnect'
@@ -29,12 +30,6 @@ beforeAll(async () => {
 
 function ctx (input: unknown, capability: Capability = { skill: 'payment.pay', constraints: { maxAmount: 300, currency: 'EUR' } }, extra: Partial<PolicyContext> = {}): PolicyContext {
   return { chain, capability, caller: car.did, skill: 'payment.pay', input, now: Date.now(), ...extra }
-}
-
-async function expectCode (p: Promise<unknown>, code: string): Promise<void> {
-  const err: any = await p.then(() => undefined, (e: unknown) => e)
-  expect(err, `expected ${code}`).toBeDefined()
-  expect(err.code).toBe(code)
 }
 
 describe('constraintPolicy', () => {
@@ -153,14 +148,14 @@ describe('approval records', () => {
 
   it('rejects other issuers, forgeries, other tasks/actions, expired and malformed records', async () => {
     const a = await createApproval(driver, { task: 'task-1', action })
-    await expectCode(verifyApproval(await createApproval(car, { task: 'task-1', action }), { root: driver.did, task: 'task-1', action }), 'UNAUTHORIZED')
+    await expectErrorCode(verifyApproval(await createApproval(car, { task: 'task-1', action }), { root: driver.did, task: 'task-1', action }), 'UNAUTHORIZED')
     // the car pretending to be the driver: signature does not verify
     const forged = { payload: a.payload, sig: (await createApproval(car, { task: 'task-1', action })).sig }
-    await expectCode(verifyApproval(forged, { root: driver.did, task: 'task-1', action }), 'INVALID_SIGNATURE')
-    await expectCode(verifyApproval(a, { root: driver.did, task: 'task-2', action }), 'APPROVAL_REQUIRED')
-    await expectCode(verifyApproval(a, { root: driver.did, task: 'task-1', action: action.replace('a', 'b') }), 'APPROVAL_REQUIRED')
+    await expectErrorCode(verifyApproval(forged, { root: driver.did, task: 'task-1', action }), 'INVALID_SIGNATURE')
+    await expectErrorCode(verifyApproval(a, { root: driver.did, task: 'task-2', action }), 'APPROVAL_REQUIRED')
+    await expectErrorCode(verifyApproval(a, { root: driver.did, task: 'task-1', action: action.replace('a', 'b') }), 'APPROVAL_REQUIRED')
     const old = await createApproval(driver, { task: 'task-1', action, expiresAt: Date.now() - 60_000 })
-    await expectCode(verifyApproval(old, { root: driver.did, task: 'task-1', action }), 'APPROVAL_REQUIRED')
+    await expectErrorCode(verifyApproval(old, { root: driver.did, task: 'task-1', action }), 'APPROVAL_REQUIRED')
     for (const bad of [null, {}, { payload: a.payload }, { ...a, x: 1 }, { ...a, payload: { ...a.payload, v: 2 } }, { ...a, payload: { ...a.payload, task: '' } }]) {
       expect(() => parseApproval(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ENVELOPE' }))
     }

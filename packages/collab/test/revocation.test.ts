@@ -16,6 +16,7 @@ import {
   ANNOUNCE_METHOD, REVOCATION_LIMITS, REVOCATION_PROTOCOL, RevocationStore, createRevocation, createRevocationService,
   decodeRevocation, encodeRevocation, parseRevocation, revocationAuthorities, revocationCid, revocationSigningBytes, verifyRevocation
 } from '../src/revocation.js'
+import { delay, errorOf, rejectionOf, until } from '../../../test/util.js'
 import type { Capability, Token } from '../src/delegation.js'
 import type { Revocation, RevocationService } from '../src/revocation.js'
 import type { Identity } from '@ioa/interconnect'
@@ -25,34 +26,6 @@ import type { ConnectionGater, PeerId } from '@libp2p/interface'
 const T0 = 1_767_225_600_000
 const HOUR = 3_600_000
 const now = T0 + 600_000
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
-
-function errorOf (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
-}
-
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until (fn: () => boolean, timeout = 10_000, what = 'condition'): Promise<void> {
-  const start = Date.now()
-  while (!fn()) {
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(50)
-  }
-}
 
 const cidStr = async (t: Token): Promise<string> => (await tokenCid(t)).toString()
 
@@ -261,7 +234,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
     }
     await A.dial(B.getMultiaddrs())
     await C.dial(B.getMultiaddrs())
-    await until(() => B.getPeers().length === 2, 10_000, 'B connected to A and C')
+    await until(() => B.getPeers().length === 2, { timeout: 10_000, what: 'B connected to A and C' })
   })
 
   afterAll(async () => {
@@ -276,7 +249,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
     const result = await services[0].publish(rev)
     expect(result).toEqual({ new: true, peers: 1, delivered: 1 })
     expect(stores[1].isRevoked(revoked)).toBe(true)
-    await until(() => stores[2].isRevoked(revoked), 10_000, 'C has the revocation')
+    await until(() => stores[2].isRevoked(revoked), { timeout: 10_000, what: 'C has the revocation' })
     expect(A.getConnections(C.peerId)).toHaveLength(0)
     // C now rejects the chain
     const err = await rejectionOf(verifyChain(chain[2], chain.slice(0, 2), { now, isRevoked: stores[2].isRevoked }))
@@ -297,7 +270,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
     // B passed it on to A, but not back to C, the peer it came from (C never
     // stored it itself, so it would have taken it as new)
     const revCid = (await revocationCid(rev)).toString()
-    await until(() => stores[0].has(revCid), 10_000, 'A has the second revocation')
+    await until(() => stores[0].has(revCid), { timeout: 10_000, what: 'A has the second revocation' })
     await delay(300)
     expect(stores[2].has(revCid)).toBe(false)
   })
@@ -323,7 +296,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
     expect(await messaging.request(B.peerId, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, encodeRevocation(rev))).toEqual({ new: true })
     expect(stores[1].isRevoked(await cidStr(chain[2]))).toBe(true)
     const revoked = await cidStr(chain[2])
-    await until(() => stores[0].isRevoked(revoked), 10_000, 'A has the hotel revocation')
+    await until(() => stores[0].isRevoked(revoked), { timeout: 10_000, what: 'A has the hotel revocation' })
   })
 
   it('a peer that sends too many announces is RATE_LIMITED', async () => {

@@ -8,6 +8,8 @@ import { createInterconnect, createIdentity } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { dhtRoutingTableSize } from '../../../test/harness/index.js'
+import { collect, delay, rejectionOf, until } from '../../../test/util.js'
 import { delegate, tokenCid } from '../src/delegation.js'
 import { createEnvelope } from '../src/envelope.js'
 import { fromRemote } from '../src/errors.js'
@@ -22,40 +24,8 @@ import type { TransportNode } from '@ioa/transport'
 
 const LEASE = 200
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until<T> (fn: () => Promise<T | undefined> | T | undefined, timeout = 20_000, what = 'condition'): Promise<T> {
-  const start = Date.now()
-  while (true) {
-    const v = await fn()
-    if (v !== undefined) return v
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(100)
-  }
-}
-
-async function waitAbort (signal: AbortSignal, ms: number): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    if (signal.aborted) { reject(signal.reason); return }
-    const t = setTimeout(resolve, ms)
-    signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason) }, { once: true })
-  })
-}
-
-async function collect (gen: AsyncIterable<TaskEvent>, onEvent?: (e: TaskEvent) => Promise<void> | void): Promise<TaskEvent[]> {
-  const out: TaskEvent[] = []
-  for await (const e of gen) {
-    out.push(e)
-    await onEvent?.(e)
-  }
-  return out
-}
-
-async function failure (p: Promise<unknown>): Promise<any> {
-  const err = await p.then(() => undefined, (e: unknown) => e)
-  expect(err, 'expected an error').toBeDefined()
-  return err
-}
+/** How `until` polls in these tests */
+const POLL = { interval: 100 }
 
 function lastStatus (events: TaskEvent[]): TaskSnapshot {
   const s = events.filter((e): e is Extract<TaskEvent, { task: TaskSnapshot }> => e.type === 'status' || e.type === 'artifact')
@@ -68,11 +38,6 @@ function states (events: TaskEvent[]): TaskState[] {
 
 async function tcpNode (): Promise<TransportNode> {
   return createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
-}
-
-function routingTableSize (node: TransportNode): number {
-  const dht = node.services.dht as unknown as { routingTable?: { size?: number } }
-  return dht.routingTable?.size ?? node.getPeers().length
 }
 
 describe('task protocol over TCP', () => {
@@ -97,7 +62,7 @@ describe('task protocol over TCP', () => {
     await nodes[0].dial(nodes[1].getMultiaddrs())
     await nodes[0].dial(nodes[2].getMultiaddrs())
     await nodes[1].dial(nodes[2].getMultiaddrs())
-    await until(() => nodes.every(n => routingTableSize(n) >= 2) ? true : undefined, 20_000, 'routing tables')
+    await until(() => nodes.every(n => dhtRoutingTableSize(n) >= 2) ? true : undefined, { ...POLL, timeout: 20_000, what: 'routing tables' })
     for (const n of nodes) ics.push(await createInterconnect(n, { requestTimeout: 3_000 }))
 
     car = await ics[0].host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.car.assistant' }] })
@@ -137,10 +102,10 @@ describe('task protocol over TCP', () => {
       slowSignals.push(ctx.signal)
       ctx.progress('started')
       for (const step of input?.steps ?? []) {
-        await waitAbort(ctx.signal, step)
+        await delay(step, ctx.signal)
         ctx.progress(`after ${step}`)
       }
-      await waitAbort(ctx.signal, input?.ms ?? 60_000)
+      await delay(input?.ms ?? 60_000, ctx.signal)
       return 'finished'
     })
     await tsB.serve(payment.did, 'test.count', async (input: any, ctx) => {
@@ -152,7 +117,7 @@ describe('task protocol over TCP', () => {
 
     // the DHT must know where the payment agent lives
     for (const ic of [ics[0], ics[2]]) {
-      await until(async () => ic.resolve(payment.did, { cache: false, timeout: 3_000 }).then(r => r.peers.length > 0 ? r : undefined, () => undefined), 30_000, 'resolve payment agent')
+      await until(async () => ic.resolve(payment.did, { cache: false, timeout: 3_000 }).then(r => r.peers.length > 0 ? r : undefined, () => undefined), { ...POLL, timeout: 30_000, what: 'resolve payment agent' })
     }
   })
 
@@ -181,7 +146,7 @@ describe('task protocol over TCP', () => {
 
     // the submitter can read it back; another peer cannot
     expect(await tsC.get(payment.did, final.id)).toMatchObject({ id: final.id, state: 'completed' })
-    const err = await failure(tsA.get(payment.did, final.id))
+    const err = await rejectionOf(tsA.get(payment.did, final.id))
     expect(err.name).toBe('UnauthorizedError')
 
     // the same through submitAndWait, from the car with a one-link chain
@@ -192,16 +157,16 @@ describe('task protocol over TCP', () => {
 
   it('refuses a request without a covering capability with UNAUTHORIZED', async () => {
     const testOnly = await delegate(driver, { audience: car.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 60_000 })
-    let err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [testOnly] }))
+    let err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [testOnly] }))
     expect(err.name).toBe('UnauthorizedError')
     expect(err.code).toBe('UNAUTHORIZED')
-    err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [] }))
+    err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [] }))
     expect(err.code).toBe('UNAUTHORIZED')
     // the hotel presents the car's token (granted to the car, not to the hotel)
-    err = await failure(tsC.submitAndWait(hotel.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [carToken] }))
+    err = await rejectionOf(tsC.submitAndWait(hotel.did, payment.did, { skill: 'payment.pay', input: { amount: 1, currency: 'EUR' }, proofs: [carToken] }))
     expect(err.code).toBe('UNAUTHORIZED')
     // a skill the executor does not serve
-    err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.unknown', input: null, proofs: [carToken] }))
+    err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.unknown', input: null, proofs: [carToken] }))
     expect(err.name).toBe('NoProviderError')
   })
 
@@ -212,7 +177,7 @@ describe('task protocol over TCP', () => {
       expiresAt: carToken.payload.exp,
       proofs: [carToken]
     })
-    const err = await failure(tsC.submitAndWait(hotel.did, payment.did, { skill: 'payment.pay', input: { amount: 900, currency: 'EUR' }, proofs: [wider, carToken] }))
+    const err = await rejectionOf(tsC.submitAndWait(hotel.did, payment.did, { skill: 'payment.pay', input: { amount: 900, currency: 'EUR' }, proofs: [wider, carToken] }))
     expect(err.name).toBe('EscalationError')
     expect(err.code).toBe('ESCALATION')
   })
@@ -224,7 +189,7 @@ describe('task protocol over TCP', () => {
     const first: any[] = []
     for await (const e of m.stream(nodes[1].peerId, TASK_PROTOCOL, 'submit', { envelope, body })) first.push(e)
     expect(first[first.length - 1].task.state).toBe('completed')
-    const err = fromRemote(await failure((async () => {
+    const err = fromRemote(await rejectionOf((async () => {
       for await (const _ of m.stream(nodes[1].peerId, TASK_PROTOCOL, 'submit', { envelope, body })) { /* nothing */ }
     })())) as any
     expect(err.name).toBe('ReplayError')
@@ -233,13 +198,13 @@ describe('task protocol over TCP', () => {
 
   it('refuses an expired token with TOKEN_EXPIRED and a revoked one with REVOKED', async () => {
     const expired = await delegate(driver, { audience: car.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() - 120_000 })
-    let err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [expired] }))
+    let err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [expired] }))
     expect(err.name).toBe('TokenExpiredError')
 
     const soon = await delegate(driver, { audience: car.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 60_000 })
     expect((await tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [soon] })).state).toBe('completed')
     revoked.add((await tokenCid(soon)).toString())
-    err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [soon] }))
+    err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [soon] }))
     expect(err.name).toBe('RevokedError')
     expect(err.code).toBe('REVOKED')
   })
@@ -250,7 +215,7 @@ describe('task protocol over TCP', () => {
     expect(final.state).toBe('rejected')
     expect(final.error?.code).toBe('POLICY_DENIED')
     expect(final.result).toBeUndefined()
-    const err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 100, currency: 'USD' }, proofs: [carToken] }))
+    const err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'payment.pay', input: { amount: 100, currency: 'USD' }, proofs: [carToken] }))
     expect(err.name).toBe('PolicyDeniedError')
     expect(err.task.state).toBe('rejected')
   })
@@ -267,11 +232,11 @@ describe('task protocol over TCP', () => {
       const id = e.task.id
       // the hotel (not the root) approves: refused, the task keeps waiting
       const bogus = await createApproval(hotel.identity, { task: id, action: auth?.action as string })
-      const err = await failure(tsC.approve(payment.did, id, bogus))
+      const err = await rejectionOf(tsC.approve(payment.did, id, bogus))
       expect(err.name).toBe('UnauthorizedError')
       // the root approving another action does not count either
       const other = await createApproval(driver, { task: id, action: 'bafyreigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi' })
-      expect((await failure(tsC.approve(payment.did, id, other))).code).toBe('APPROVAL_REQUIRED')
+      expect((await rejectionOf(tsC.approve(payment.did, id, other))).code).toBe('APPROVAL_REQUIRED')
       expect((await tsC.get(payment.did, id)).state).toBe('auth-required')
       // the driver approves; any peer may deliver the approval
       const good = await createApproval(driver, { task: id, action: auth?.action as string })
@@ -295,7 +260,7 @@ describe('task protocol over TCP', () => {
     })
     expect(canceled?.state).toBe('canceled')
     expect(lastStatus(events).state).toBe('canceled')
-    await until(() => slowSignals.length > before ? true : undefined, 5_000, 'handler started')
+    await until(() => slowSignals.length > before ? true : undefined, { ...POLL, timeout: 5_000, what: 'handler started' })
     expect(slowSignals[before].aborted).toBe(true)
     // cancel again: nothing changes
     expect((await tsA.cancel(payment.did, lastStatus(events).id)).state).toBe('canceled')
@@ -304,7 +269,7 @@ describe('task protocol over TCP', () => {
   it('fails a task at its deadline with DEADLINE_EXCEEDED and aborts the handler; refuses a past deadline', async () => {
     const before = slowSignals.length
     const started = Date.now()
-    const err = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.slow', input: { ms: 30_000 }, proofs: [carToken], deadline: Date.now() + 700 }))
+    const err = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.slow', input: { ms: 30_000 }, proofs: [carToken], deadline: Date.now() + 700 }))
     expect(err.name).toBe('DeadlineExceededError')
     expect(err.task.state).toBe('failed')
     expect(err.task.error.code).toBe('DEADLINE_EXCEEDED')
@@ -313,7 +278,7 @@ describe('task protocol over TCP', () => {
     expect(signal.aborted).toBe(true)
     expect((signal.reason as Error).name).toBe('DeadlineExceededError')
 
-    const past = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], deadline: Date.now() - 1_000 }))
+    const past = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], deadline: Date.now() - 1_000 }))
     expect(past.name).toBe('DeadlineExceededError')
   })
 
@@ -321,13 +286,13 @@ describe('task protocol over TCP', () => {
     const deadline = Date.now() + 30_000
     const ok = await tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: { spend: 3 }, proofs: [carToken], budget: 5, deadline })
     expect(ok.result).toMatchObject({ budget: 2, deadline })
-    const over = await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: { spend: 3 }, proofs: [carToken], budget: 2 }))
+    const over = await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: { spend: 3 }, proofs: [carToken], budget: 2 }))
     expect(over.name).toBe('BudgetExceededError')
 
     let remaining = 10
     const parent = { deadline: Date.now() + 20_000, get budget () { return remaining }, spend (n: number) { if (n > remaining) throw Object.assign(new Error('over'), { code: 'BUDGET_EXCEEDED' }); remaining -= n } }
-    expect((await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], deadline: Date.now() + 60_000 }, { parent }))).name).toBe('DeadlineExceededError')
-    expect((await failure(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], budget: 11 }, { parent }))).code).toBe('BUDGET_EXCEEDED')
+    expect((await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], deadline: Date.now() + 60_000 }, { parent }))).name).toBe('DeadlineExceededError')
+    expect((await rejectionOf(tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], budget: 11 }, { parent }))).code).toBe('BUDGET_EXCEEDED')
     const sub = await tsA.submitAndWait(car.did, payment.did, { skill: 'test.count', input: null, proofs: [carToken], budget: 4 }, { parent })
     expect(sub.result).toMatchObject({ budget: 4, deadline: parent.deadline })
     expect(remaining).toBe(6)
@@ -373,7 +338,7 @@ describe('task protocol over TCP', () => {
     const again = await collect(tsA.resubscribe(payment.did, id as string))
     expect(again).toHaveLength(1)
     expect(lastStatus(again).state).toBe('completed')
-    const unknown = await failure(collect(tsA.resubscribe(payment.did, 'no-such-task')))
+    const unknown = await rejectionOf(collect(tsA.resubscribe(payment.did, 'no-such-task')))
     expect(unknown.name).toBe('UnknownTaskError')
   })
 
@@ -400,7 +365,7 @@ describe('task protocol over TCP', () => {
     const body = { input: { amount: 10, currency: 'EUR' } }
     const envelope = await createEnvelope(car.identity, { to: payment.did, skill: 'payment.pay', task: 'bad-1', body, proofs: [carToken] })
     const submitCode = async (payload: unknown): Promise<string> => {
-      const err = await failure((async () => {
+      const err = await rejectionOf((async () => {
         for await (const _ of m.stream(target, TASK_PROTOCOL, 'submit', payload)) { /* nothing */ }
       })())
       return err.code
@@ -427,10 +392,10 @@ describe('task protocol over TCP', () => {
     }
     for (const method of ['get', 'cancel', 'approve']) {
       for (const payload of [null, 7, { agent: 'x', task: 'y' }, { agent: payment.did, task: '../../etc' }, { agent: payment.did, task: 'nope', extra: 1 }]) {
-        expect((await failure(m.request(target, TASK_PROTOCOL, method, payload))).code).toBe('INVALID_ENVELOPE')
+        expect((await rejectionOf(m.request(target, TASK_PROTOCOL, method, payload))).code).toBe('INVALID_ENVELOPE')
       }
       const ref = method === 'approve' ? { agent: payment.did, task: 'nope', approval: null } : { agent: payment.did, task: 'nope' }
-      expect((await failure(m.request(target, TASK_PROTOCOL, method, ref))).code).toBe('UNKNOWN_TASK')
+      expect((await rejectionOf(m.request(target, TASK_PROTOCOL, method, ref))).code).toBe('UNKNOWN_TASK')
     }
     // a malformed approval for a task that waits for one
     const waiting = tsA.submit(car.did, payment.did, { skill: 'payment.pay', input: { amount: 280, currency: 'EUR' }, proofs: [carToken] })
@@ -439,7 +404,7 @@ describe('task protocol over TCP', () => {
     const second = (await waiting.next()).value as { task: TaskSnapshot }
     expect(second.task.state).toBe('auth-required')
     for (const approval of [null, 'x', { payload: {}, sig: new Uint8Array(64) }]) {
-      expect((await failure(m.request(target, TASK_PROTOCOL, 'approve', { agent: payment.did, task: first.task.id, approval }))).code).toBe('INVALID_ENVELOPE')
+      expect((await rejectionOf(m.request(target, TASK_PROTOCOL, 'approve', { agent: payment.did, task: first.task.id, approval }))).code).toBe('INVALID_ENVELOPE')
     }
     expect((await tsA.cancel(payment.did, first.task.id)).state).toBe('canceled')
     await waiting.return(undefined)
@@ -457,8 +422,8 @@ describe('task protocol over TCP', () => {
     const worker = await icD.host({ key: 'worker', name: 'Worker', skills: [{ id: 'test.hang' }] })
     const tsD = createTaskService(icD, { leaseInterval: LEASE })
     services.push(tsD)
-    await tsD.serve(worker.did, 'test.hang', async (_input, ctx) => { await waitAbort(ctx.signal, 60_000) })
-    await until(async () => ics[0].resolve(worker.did, { cache: false, timeout: 3_000 }).then(r => r, () => undefined), 30_000, 'resolve worker')
+    await tsD.serve(worker.did, 'test.hang', async (_input, ctx) => { await delay(60_000, ctx.signal) })
+    await until(async () => ics[0].resolve(worker.did, { cache: false, timeout: 3_000 }).then(r => r, () => undefined), { ...POLL, timeout: 30_000, what: 'resolve worker' })
 
     let heartbeats = 0
     let stoppedAt = 0

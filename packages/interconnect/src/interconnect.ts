@@ -70,6 +70,21 @@ export interface InterconnectInit {
   publish?: boolean
 
   /**
+   * Announce each hosted agent's id in the DHT (needed to `send` to an agent
+   * by id from nodes that did not discover it by capability)
+   *
+   * @default true
+   */
+  announceAgentIds?: boolean
+
+  /**
+   * DHT announcements (each a walk of the DHT) running at once
+   *
+   * @default 8
+   */
+  announceConcurrency?: number
+
+  /**
    * Outer peer ids of this domain's gateways. Hosted agents' cards list them,
    * so that the gateways may serve the cards and forward to the agents.
    *
@@ -263,13 +278,13 @@ interface Defaults {
   cardTtl: number
   cacheTtl: number
   publish: boolean
+  announceAgentIds: boolean
+  announceConcurrency: number
   fetchConcurrency: number
   requestTimeout: number
   clockSkew: number
 }
 
-/** DHT announcements running at once per node */
-const ANNOUNCE_CONCURRENCY = 8
 
 /**
  * A small async queue: producers push, the consumer iterates until closed
@@ -312,6 +327,7 @@ class DefaultInterconnect implements Interconnect {
   private readonly provided = new Map<string, { cid: CID, refs: number }>()
   private readonly announceQueue: Array<{ key: string, cid: CID, attempt: number }> = []
   private announcing = 0
+  private retrying = 0
   private announceWaiters: Array<() => void> = []
   private readonly discoveryCache = new Map<string, { at: number, results: DiscoveredAgent[] }>()
   private readonly routeCache = new Map<Did, { at: number, signed: SignedCard, peers: string[] }>()
@@ -335,11 +351,13 @@ class DefaultInterconnect implements Interconnect {
       cardTtl: init.cardTtl ?? 3_600_000,
       cacheTtl: init.cacheTtl ?? 30_000,
       publish: init.publish ?? true,
+      announceAgentIds: init.announceAgentIds ?? true,
+      announceConcurrency: init.announceConcurrency ?? 8,
       fetchConcurrency: init.fetchConcurrency ?? 8,
       requestTimeout: init.requestTimeout ?? 5_000,
       clockSkew: init.clockSkew ?? 60_000
     }
-    for (const key of ['cardTtl', 'cacheTtl', 'fetchConcurrency', 'requestTimeout', 'clockSkew'] as const) {
+    for (const key of ['cardTtl', 'cacheTtl', 'fetchConcurrency', 'announceConcurrency', 'requestTimeout', 'clockSkew'] as const) {
       const v = this.opts[key]
       if (!Number.isFinite(v) || v < 0 || (key !== 'cacheTtl' && key !== 'clockSkew' && v === 0)) {
         throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
@@ -380,6 +398,8 @@ class DefaultInterconnect implements Interconnect {
     await m.unhandle(CARD_PROTOCOL)
     await m.unhandle(ROUTE_PROTOCOL)
     this.announceQueue.length = 0
+    this.retrying = 0
+    for (const wake of this.announceWaiters.splice(0)) wake()
     this.discoveryCache.clear()
     this.routeCache.clear()
   }
@@ -440,8 +460,10 @@ class DefaultInterconnect implements Interconnect {
         cids.push(`cap:${name}`)
         await this.announce(name)
       }
-      cids.push(`agent:${identity.did}`)
-      await this.provideKey(`agent:${identity.did}`, await agentCid(identity.did))
+      if (this.opts.announceAgentIds) {
+        cids.push(`agent:${identity.did}`)
+        await this.provideKey(`agent:${identity.did}`, await agentCid(identity.did))
+      }
     }
     return agent
   }
@@ -509,33 +531,50 @@ class DefaultInterconnect implements Interconnect {
    * the routing table is still empty) is retried later with backoff
    */
   private pumpAnnouncements (): void {
-    while (this.announcing < ANNOUNCE_CONCURRENCY && this.announceQueue.length > 0) {
+    while (this.announcing < this.opts.announceConcurrency && this.announceQueue.length > 0) {
       const job = this.announceQueue.shift()!
-      if (this.provided.get(job.key)?.cid !== job.cid) continue
+      if (this.provided.get(job.key)?.cid !== job.cid) {
+        this.wakeAnnounceWaiters()
+        continue
+      }
       this.announcing++
       void this.node.contentRouting.provide(job.cid, { signal: AbortSignal.timeout(30_000) })
         .then(() => true, () => false)
         .then((ok) => {
           this.announcing--
           if (!ok && job.attempt < 20 && this.started && this.provided.get(job.key)?.cid === job.cid) {
+            this.retrying++
             const retry = setTimeout(() => {
+              if (!this.started) return
+              this.retrying--
               this.announceQueue.push({ ...job, attempt: job.attempt + 1 })
               this.pumpAnnouncements()
             }, Math.min(10_000, 250 * 2 ** job.attempt))
             retry.unref?.()
           }
           if (this.started) this.pumpAnnouncements()
-          if (this.announcing === 0 && this.announceQueue.length === 0) {
-            for (const wake of this.announceWaiters.splice(0)) wake()
-          }
+          this.wakeAnnounceWaiters()
         })
     }
   }
 
   async announced (options: AbortOptions = {}): Promise<void> {
-    while (this.announceQueue.length > 0 || this.announcing > 0) {
+    while (this.announceQueue.length > 0 || this.announcing > 0 || this.retrying > 0) {
       options.signal?.throwIfAborted()
-      await new Promise<void>(resolve => { this.announceWaiters.push(resolve) })
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = (): void => { reject(options.signal?.reason) }
+        options.signal?.addEventListener('abort', onAbort, { once: true })
+        this.announceWaiters.push(() => {
+          options.signal?.removeEventListener('abort', onAbort)
+          resolve()
+        })
+      })
+    }
+  }
+
+  private wakeAnnounceWaiters (): void {
+    if (this.announcing === 0 && this.announceQueue.length === 0 && this.retrying === 0) {
+      for (const wake of this.announceWaiters.splice(0)) wake()
     }
   }
 

@@ -8,24 +8,7 @@ import {
   agentCid, assertCapability, capabilityCid, capabilityMatches, capabilityPrefixes, isCapability,
   MAX_CAPABILITY_DEPTH, MAX_CAPABILITY_LENGTH
 } from '../src/index.js'
-
-function errorOf (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
-}
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
+import { errorOf, rejectionOf } from '../../../test/util.js'
 
 describe('capability grammar', () => {
   const valid = [

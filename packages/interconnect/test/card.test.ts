@@ -9,6 +9,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import {
   CARD_LIMITS, cardSigningBytes, createIdentity, encodeSignedCard, matchingSkills, parseCard, signCard, verifyCard
 } from '../src/index.js'
+import { errorOf, rejectionOf } from '../../../test/util.js'
 import type { AgentCard, AgentCardInit, Identity, SignedCard } from '../src/index.js'
 
 const T0 = 1_767_225_600_000
@@ -16,24 +17,6 @@ const HOUR = 3_600_000
 
 async function newPeer (): Promise<string> {
   return peerIdFromPrivateKey(await generateKeyPair('Ed25519')).toString()
-}
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
-
-function errorOf (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
 }
 
 /** A deep copy that keeps byte arrays */

@@ -10,6 +10,7 @@ import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
+import { rejectionOf, until } from '../../../test/util.js'
 import { CARD_PROTOCOL, createGateway, createInterconnect } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { Gateway, HostedAgent, InboundMessage, Interconnect } from '../src/index.js'
@@ -18,17 +19,8 @@ import type { ConnectionGater, PeerId, PrivateKey } from '@libp2p/interface'
 const DOMAIN = 'hotels.example'
 const INNER_DHT = '/ioa/kad-domain/1.0.0'
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until<T> (fn: () => Promise<T | undefined | false> | T | undefined | false, timeout = 20_000, what = 'condition'): Promise<T> {
-  const start = Date.now()
-  while (true) {
-    const v = await fn()
-    if (v !== undefined && v !== false) return v
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(200)
-  }
-}
+/** How `until` polls the networks in these tests, unless a call says otherwise */
+const POLL = { timeout: 20_000, interval: 200 }
 
 /** Refuses every peer that is not a member of the domain, in both directions */
 function domainGater (members: Set<string>): ConnectionGater {
@@ -38,15 +30,6 @@ function domainGater (members: Set<string>): ConnectionGater {
     denyInboundEncryptedConnection: stranger,
     denyOutboundEncryptedConnection: stranger
   }
-}
-
-async function rejection (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
 }
 
 describe('agent gateway (TCP)', () => {
@@ -108,7 +91,7 @@ describe('agent gateway (TCP)', () => {
     partnerCaller = await outerIcs[3].host({ key: 'partner-caller', name: 'Partner', domain: 'partner.example', skills: [{ id: 'assistant.partner' }] })
 
     // the inner hosts' announcements reach the domain DHT in the background
-    await until(async () => (await innerIcs[2].discoverAll({ capability: 'travel' }, { cache: false, timeout: 3_000 })).length === 2 || undefined, 20_000, 'inner agents announced')
+    await until(async () => (await innerIcs[2].discoverAll({ capability: 'travel' }, { cache: false, timeout: 3_000 })).length === 2 || undefined, { ...POLL, what: 'inner agents announced' })
 
     for (const i of [0, 1]) {
       gateways.push(await createGateway({
@@ -127,7 +110,7 @@ describe('agent gateway (TCP)', () => {
       await until(async () => {
         if (g.exported().length < 2) await g.refresh()
         return g.exported().length === 2 || undefined
-      }, 20_000, 'gateway exports')
+      }, { ...POLL, what: 'gateway exports' })
     }
   })
 
@@ -161,7 +144,7 @@ describe('agent gateway (TCP)', () => {
     const results = await until(async () => {
       const r = await outerIcs[1].discoverAll({ capability: 'travel.hotel' }, { cache: false, timeout: 3_000 })
       return r.length > 0 ? r : undefined
-    }, 20_000, 'outside discovery of travel.hotel')
+    }, { ...POLL, what: 'outside discovery of travel.hotel' })
     expect(results).toHaveLength(1)
     const [found] = results
     expect(found.card.id).toBe(hotel.did)
@@ -201,13 +184,13 @@ describe('agent gateway (TCP)', () => {
 
   it('(4) a skill that is not exported, or no skill, is refused with NotExportedError', async () => {
     const before = hotelInbox.length
-    const err = await rejection(outerIcs[1].send(hotel.did, { q: 1 }, { skill: 'travel.hotel.internal-pricing' }))
+    const err = await rejectionOf(outerIcs[1].send(hotel.did, { q: 1 }, { skill: 'travel.hotel.internal-pricing' }))
     expect(err.name).toBe('NotExportedError')
     expect(err.code).toBe('NOT_EXPORTED')
-    const noSkill = await rejection(outerIcs[1].send(hotel.did, { q: 1 }))
+    const noSkill = await rejectionOf(outerIcs[1].send(hotel.did, { q: 1 }))
     expect(noSkill.name).toBe('NotExportedError')
     // an agent the gateways do not export at all is not there
-    const hidden = await rejection(outerIcs[1].send(hr.did, {}, { skill: 'hr.payroll', timeout: 2_000 }))
+    const hidden = await rejectionOf(outerIcs[1].send(hr.did, {}, { skill: 'hr.payroll', timeout: 2_000 }))
     expect(['UnknownAgentError', 'AgentNotHereError']).toContain(hidden.name)
     expect(hotelInbox).toHaveLength(before)
   })
@@ -221,7 +204,7 @@ describe('agent gateway (TCP)', () => {
     // connection that is closed as soon as the refusal arrives.
     const dialed = await stranger.dial(target.getMultiaddrs()).catch((err: Error) => err)
     if (!(dialed instanceof Error)) {
-      await until(() => dialed.status !== 'open' || undefined, 5_000, 'refused connection closed')
+      await until(() => dialed.status !== 'open' || undefined, { ...POLL, timeout: 5_000, what: 'refused connection closed' })
     }
     await expect(stranger.services.ping.ping(target.getMultiaddrs(), { signal: AbortSignal.timeout(3_000) })).rejects.toThrow()
     await expect(stranger.services.messaging.request(target.getMultiaddrs(), CARD_PROTOCOL, 'list', {}, { timeout: 3_000 })).rejects.toThrow()
@@ -237,17 +220,17 @@ describe('agent gateway (TCP)', () => {
     for (let i = 0; i < 3; i++) {
       await expect(caller.send(hotel.did, { n: i }, { skill: 'travel.hotel.booking' })).resolves.toMatchObject({ booked: true })
     }
-    const err = await rejection(caller.send(hotel.did, { n: 4 }, { skill: 'travel.hotel.booking' }))
+    const err = await rejectionOf(caller.send(hotel.did, { n: 4 }, { skill: 'travel.hotel.booking' }))
     expect(err.name).toBe('RateLimitedError')
     expect(err.code).toBe('RATE_LIMITED')
     expect(gateways.reduce((n, g) => n + g.stats().rateLimited, 0)).toBe(1)
   })
 
   it('(8) an export rule restricted to some domains refuses callers of other domains', async () => {
-    const refused = await rejection(outerIcs[3].send(partner.did, {}, { skill: 'travel.partner.rates', from: otherCaller.did }))
+    const refused = await rejectionOf(outerIcs[3].send(partner.did, {}, { skill: 'travel.partner.rates', from: otherCaller.did }))
     expect(refused.name).toBe('NotExportedError')
     // a caller without a card has no domain
-    expect((await rejection(outerIcs[3].send(partner.did, {}, { skill: 'travel.partner.rates' }))).name).toBe('NotExportedError')
+    expect((await rejectionOf(outerIcs[3].send(partner.did, {}, { skill: 'travel.partner.rates' }))).name).toBe('NotExportedError')
     await expect(outerIcs[3].send(partner.did, {}, { skill: 'travel.partner.rates', from: partnerCaller.did })).resolves.toEqual({ rate: 42 })
   })
 
@@ -268,7 +251,7 @@ describe('agent gateway (TCP)', () => {
     const route = await until(async () => {
       const r = await caller.resolve(hotel.did, { cache: false, timeout: 5_000 })
       return r.peers.length === 2 ? r : undefined
-    }, 20_000, 'both gateways in the route')
+    }, { ...POLL, what: 'both gateways in the route' })
     expect([...route.peers].sort()).toEqual([...gatewayOuterIds].sort())
     // stop the gateway the caller would use first, with its nodes (as if its process died)
     const first = gatewayOuterIds.indexOf(route.peers[0])

@@ -8,26 +8,9 @@ import { describe, expect, it } from 'vitest'
 import {
   createIdentity, didToPublicKey, identityFromPrivateKey, isDid, KeyStore, publicKeyToDid, verifyByDid
 } from '../src/index.js'
+import { errorOf, rejectionOf } from '../../../test/util.js'
 
 const encoder = new TextEncoder()
-
-function errorOf (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
-}
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
 
 /** did:key from raw multicodec-prefixed bytes */
 const didOf = (bytes: Uint8Array): string => 'did:key:' + base58btc.encode(bytes)

@@ -10,6 +10,7 @@ import type { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
 import { afterEach, describe, expect, it } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
+import { expectErrorName, until } from '../../../test/util.js'
 import { capabilityCid, createIdentity, createInterconnect, signCard, CARD_PROTOCOL, ROUTE_PROTOCOL } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { Interconnect, SignedCard } from '../src/index.js'
@@ -24,17 +25,8 @@ afterEach(async () => {
   net = undefined
 })
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until<T> (fn: () => Promise<T | undefined> | T | undefined, timeout = 20_000, what = 'condition'): Promise<T> {
-  const start = Date.now()
-  while (true) {
-    const v = await fn()
-    if (v !== undefined && v !== false) return v
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(200)
-  }
-}
+/** How `until` polls the network in these tests, unless a call says otherwise */
+const POLL = { timeout: 20_000, interval: 200 }
 
 async function network (size: number, providerTtl?: number): Promise<{ net: Network, ics: Interconnect[] }> {
   net = await startNetwork({ size, transport: 'tcp', topology: 'ring', nodeInit: () => (providerTtl != null ? { providerTtl } : {}) })
@@ -42,13 +34,6 @@ async function network (size: number, providerTtl?: number): Promise<{ net: Netw
   const ics = await Promise.all(net.nodes.map(async n => createInterconnect(n, { domain: 'test.example', requestTimeout: 3_000 })))
   for (const ic of ics) extra.push(ic)
   return { net, ics }
-}
-
-async function expectName (p: Promise<unknown>, name: string): Promise<any> {
-  const err = await p.then(() => undefined, (e: unknown) => e)
-  expect(err, `expected ${name}`).toBeDefined()
-  expect((err as Error).name).toBe(name)
-  return err
 }
 
 describe('interconnect over TCP', () => {
@@ -75,7 +60,7 @@ describe('interconnect over TCP', () => {
     const exact = await until(async () => {
       const r = await asker.discoverAll({ capability: 'travel.hotel.booking' }, { cache: false, timeout: 5_000 })
       return r.length === 1 ? r : undefined
-    }, 20_000, 'exact lookup')
+    }, { ...POLL, what: 'exact lookup' })
     expect(exact[0].card.id).toBe(hotelA.did)
     expect(exact[0].peer).toBe(net.nodes[2].peerId.toString())
     expect(exact[0].source).toBe('dht')
@@ -84,7 +69,7 @@ describe('interconnect over TCP', () => {
     const prefix = await until(async () => {
       const r = await asker.discoverAll({ capability: 'travel.hotel' }, { cache: false, timeout: 5_000 })
       return r.length === 2 ? r : undefined
-    }, 20_000, 'prefix lookup')
+    }, { ...POLL, what: 'prefix lookup' })
     expect(prefix.map(r => r.card.id).sort()).toEqual([hotelA.did, hotelB.did].sort())
     expect(prefix[0].score).toBeGreaterThanOrEqual(prefix[1].score)
 
@@ -117,7 +102,7 @@ describe('interconnect over TCP', () => {
 
     // an agent that does not exist anywhere
     const ghost = await createIdentity()
-    await expectName(ics[0].send(ghost.did, 1), 'UnknownAgentError')
+    await expectErrorName(ics[0].send(ghost.did, 1), 'UnknownAgentError')
   }, 90_000)
 
   it('never returns a forged, tampered or mis-bound card', async () => {
@@ -140,7 +125,7 @@ describe('interconnect over TCP', () => {
     const results = await until(async () => {
       const r = await ics[0].discoverAll({ capability: 'travel.hotel' }, { cache: false, timeout: 5_000 })
       return r.length > 0 ? r : undefined
-    })
+    }, POLL)
     for (const r of results) {
       expect(r.peer).not.toBe(forgerPeer)
       expect(r.card.name).toBe('Honest Hotel')
@@ -151,7 +136,7 @@ describe('interconnect over TCP', () => {
   it('stops returning an agent that left, and its DHT record expires after the TTL', async () => {
     const { net, ics } = await network(5, 3_000)
     const agent = await ics[2].host({ key: 'brief', name: 'Brief', skills: [{ id: 'demo.short-lived' }] })
-    await until(async () => (await ics[0].discoverAll({ capability: 'demo.short-lived' }, { cache: false, timeout: 3_000 })).length === 1 || undefined)
+    await until(async () => (await ics[0].discoverAll({ capability: 'demo.short-lived' }, { cache: false, timeout: 3_000 })).length === 1 || undefined, POLL)
 
     await ics[2].unhost(agent.did)
     // the card is gone at once: the peer no longer serves it
@@ -166,15 +151,15 @@ describe('interconnect over TCP', () => {
         found.push(p.id.toString())
       }
       return found.includes(holder) ? undefined : true
-    }, 20_000, 'provider record expiry')
+    }, { ...POLL, what: 'provider record expiry' })
 
     // stopping a node: its agents are not returned
     const other = await ics[4].host({ key: 'other', name: 'Other', skills: [{ id: 'demo.other' }] })
-    await until(async () => (await ics[0].discoverAll({ capability: 'demo.other' }, { cache: false, timeout: 3_000 })).length === 1 || undefined)
+    await until(async () => (await ics[0].discoverAll({ capability: 'demo.other' }, { cache: false, timeout: 3_000 })).length === 1 || undefined, POLL)
     await ics[4].stop()
     await net.nodes[4].stop()
     expect(await ics[0].discoverAll({ capability: 'demo.other' }, { cache: false, timeout: 3_000 })).toEqual([])
-    await expectName(ics[0].send(other.did, 1, { timeout: 2_000 }), 'UnknownAgentError')
+    await expectErrorName(ics[0].send(other.did, 1, { timeout: 2_000 }), 'UnknownAgentError')
   }, 90_000)
 
   it('answers malformed card and route requests with typed errors and keeps serving', async () => {
@@ -208,7 +193,7 @@ describe('interconnect over TCP', () => {
     const rtt = await ics[0].ping(net.nodes[1].peerId)
     expect(rtt).toBeGreaterThanOrEqual(0)
     await net.nodes[2].stop()
-    await expectName(ics[0].ping(net.nodes[2].peerId, { signal: AbortSignal.timeout(2_000) }), 'PeerUnreachableError')
+    await expectErrorName(ics[0].ping(net.nodes[2].peerId, { signal: AbortSignal.timeout(2_000) }), 'PeerUnreachableError')
   }, 60_000)
 })
 
@@ -239,7 +224,7 @@ describe('agent identities across restarts', () => {
       expect(node.peerId.toString()).toBe(peer)
       expect(again.did).toBe(first.did)
       expect(other.did).not.toBe(first.did)
-      await expectName(ic.host({ key: 'robot', name: 'Robot', skills: [{ id: 'security.patrol' }] }), 'DuplicateAgentError')
+      await expectErrorName(ic.host({ key: 'robot', name: 'Robot', skills: [{ id: 'security.patrol' }] }), 'DuplicateAgentError')
       await ic.stop()
       await node.stop()
       await store.close()

@@ -3,19 +3,15 @@
  * `spec/interconnect.md` are read at run time, so the spec and the code cannot
  * drift apart unnoticed.
  */
-import { readFileSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import * as dagCbor from '@ipld/dag-cbor'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { describe, expect, it } from 'vitest'
 import {
   agentCid, capabilityCid, capabilityPrefixes, cardSigningBytes, didToPublicKey, encodeSignedCard, identityFromPrivateKey,
   parseCard, publicKeyToDid, signCard, verifyCard
 } from '../src/index.js'
+import { ed25519KeyFromSeed, fromHex, readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
 import type { AgentCard } from '../src/index.js'
-
-const spec = readFileSync(fileURLToPath(new URL('../../../spec/interconnect.md', import.meta.url)), 'utf8')
 
 interface Vectors {
   identity: { seed: string, publicKey: string, did: string }
@@ -30,31 +26,11 @@ interface Vectors {
   agent: { did: string, cid: string }
 }
 
-function block<T> (tag: string): T {
-  const match = spec.match(new RegExp('```' + tag + '\\n([\\s\\S]*?)\\n```'))
-  if (match == null) {
-    throw new Error(`No \`\`\`${tag} block in spec/interconnect.md`)
-  }
-  return JSON.parse(match[1]) as T
-}
-
-const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex')
-const fromHex = (h: string): Uint8Array => new Uint8Array(Buffer.from(h, 'hex'))
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
-
-const v = block<Vectors>('json vectors')
+const v = readSpecBlock<Vectors>('interconnect.md', 'vectors')
 
 describe('spec/interconnect.md test vectors', () => {
   it('identity: seed -> public key -> did:key and back', async () => {
-    const key = await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed))
+    const key = await ed25519KeyFromSeed(v.identity.seed)
     expect(toHex(key.publicKey.raw)).toBe(v.identity.publicKey)
     expect(publicKeyToDid(key.publicKey)).toBe(v.identity.did)
     expect(identityFromPrivateKey(key).did).toBe(v.identity.did)
@@ -63,7 +39,7 @@ describe('spec/interconnect.md test vectors', () => {
 
   it('peer ids: seed -> peer id', async () => {
     for (const p of [v.peer, v.gateway]) {
-      const key = await generateKeyPairFromSeed('Ed25519', fromHex(p.seed))
+      const key = await ed25519KeyFromSeed(p.seed)
       expect(peerIdFromPrivateKey(key).toString()).toBe(p.peerId)
     }
   })
@@ -83,7 +59,7 @@ describe('spec/interconnect.md test vectors', () => {
   })
 
   it('signature (Ed25519 is deterministic)', async () => {
-    const identity = identityFromPrivateKey(await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed)))
+    const identity = identityFromPrivateKey(await ed25519KeyFromSeed(v.identity.seed))
     expect(toHex(await identity.sign(fromHex(v.signingBytes)))).toBe(v.signature)
     const signed = await signCard(v.card, identity)
     expect(toHex(signed.sig)).toBe(v.signature)
@@ -105,7 +81,7 @@ describe('spec/interconnect.md test vectors', () => {
   it('verifyCard rejects the vector card elsewhere and elsewhen', async () => {
     const wire = dagCbor.decode(fromHex(v.signedCard))
     // another peer: the one of the agent's own key
-    const other = peerIdFromPrivateKey(await generateKeyPairFromSeed('Ed25519', fromHex(v.identity.seed))).toString()
+    const other = peerIdFromPrivateKey(await ed25519KeyFromSeed(v.identity.seed)).toString()
     expect((await rejectionOf(verifyCard(wire, { now: v.verifyAt, servedBy: other }))).name).toBe('CardBindingError')
     expect((await rejectionOf(verifyCard(wire, { now: v.card.expiresAt + 60_001 }))).name).toBe('ExpiredCardError')
     expect((await rejectionOf(verifyCard(wire, { now: v.card.issuedAt - 60_001 }))).name).toBe('ExpiredCardError')

@@ -3,8 +3,6 @@
  * `spec/transport.md` are read at run time, so the spec and the code cannot
  * drift apart unnoticed.
  */
-import { readFileSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import { CID } from 'multiformats/cid'
 import * as varint from 'uint8-varint'
 import { Uint8ArrayList } from 'uint8arraylist'
@@ -16,20 +14,11 @@ import {
 } from '../src/index.js'
 // errorToWire is internal to the package (not re-exported by index.ts)
 import { errorToWire } from '../src/errors.js'
+import { errorOf, fromHex, prng, readSpec, readSpecBlock, toHex } from '../../../test/util.js'
 import type { Frame } from '../src/index.js'
-
-const spec = readFileSync(fileURLToPath(new URL('../../../spec/transport.md', import.meta.url)), 'utf8')
 
 interface ValidVector { name: string, frame: Record<string, unknown>, hex: string }
 interface InvalidVector { name: string, error: string, frameId: number | null, hex: string }
-
-function block<T> (tag: string): T {
-  const match = spec.match(new RegExp('```' + tag + '\\n([\\s\\S]*?)\\n```'))
-  if (match == null) {
-    throw new Error(`No \`\`\`${tag} block in spec/transport.md`)
-  }
-  return JSON.parse(match[1]) as T
-}
 
 /** DAG-JSON forms in the vectors -> in-memory values */
 function revive (v: unknown): unknown {
@@ -61,9 +50,6 @@ function toJson (v: unknown): unknown {
   return v
 }
 
-const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex')
-const fromHex = (h: string): Uint8Array => new Uint8Array(Buffer.from(h, 'hex'))
-
 /** The full wire form of a frame: varint length prefix, then the body */
 function wire (frame: Frame): Uint8Array {
   const body = encodeFrame(frame)
@@ -82,17 +68,8 @@ function body (bytes: Uint8Array): Uint8Array {
   return bytes.subarray(offset)
 }
 
-function thrown (fn: () => unknown): any {
-  try {
-    fn()
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a throw')
-}
-
-const valid = block<ValidVector[]>('json vectors')
-const invalid = block<InvalidVector[]>('json invalid-vectors')
+const valid = readSpecBlock<ValidVector[]>('transport.md', 'vectors')
+const invalid = readSpecBlock<InvalidVector[]>('transport.md', 'invalid-vectors')
 
 describe('spec test vectors', () => {
   it('cover every frame type', () => {
@@ -124,7 +101,7 @@ describe('spec test vectors', () => {
 
   describe.each(invalid)('invalid: $name', (vector) => {
     it(`is rejected with ${vector.error}`, () => {
-      const err = thrown(() => decodeFrame(body(fromHex(vector.hex))))
+      const err = errorOf(() => decodeFrame(body(fromHex(vector.hex))))
       expect(err.name).toBe(vector.error)
       expect(err.code).toBe('MALFORMED_FRAME')
       expect(err.frameId ?? null).toBe(vector.frameId)
@@ -135,24 +112,12 @@ describe('spec test vectors', () => {
 describe('spec defaults table', () => {
   it('matches MESSAGING_DEFAULTS', () => {
     const rows = new Map<string, number>()
-    for (const m of spec.matchAll(/^\| `(\w+)` \| (\d+) \|/gm)) {
+    for (const m of readSpec('transport.md').matchAll(/^\| `(\w+)` \| (\d+) \|/gm)) {
       rows.set(m[1], Number(m[2]))
     }
     expect(Object.fromEntries(rows)).toEqual({ ...MESSAGING_DEFAULTS })
   })
 })
-
-/** Small deterministic PRNG (mulberry32) so failures can be reproduced */
-function prng (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 const ALPHABET = ['a', 'b', 'z', 'A', '0', '_', ' ', '/', '"', '\\', '\n', 'é', 'ß', '中', '✓', '😀', '\u0000']
 
@@ -246,14 +211,14 @@ describe('values DAG-CBOR cannot encode', () => {
   ]
 
   it.each(bad)('%s throws MalformedFrameError', (_label, payload) => {
-    const err = thrown(() => encodeFrame({ type: FrameType.RESPONSE, id: 1, payload }))
+    const err = errorOf(() => encodeFrame({ type: FrameType.RESPONSE, id: 1, payload }))
     expect(err).toBeInstanceOf(MessagingError)
     expect(err.name).toBe('MalformedFrameError')
     expect(err.code).toBe('MALFORMED_FRAME')
   })
 
   it('fails for request payloads too', () => {
-    const err = thrown(() => encodeFrame({ type: FrameType.REQUEST, id: 1, method: 'x', payload: { deep: [{ v: undefined }] } }))
+    const err = errorOf(() => encodeFrame({ type: FrameType.REQUEST, id: 1, method: 'x', payload: { deep: [{ v: undefined }] } }))
     expect(err.name).toBe('MalformedFrameError')
   })
 })
@@ -264,7 +229,7 @@ describe('envelope limits', () => {
   it('accepts the largest id and rejects id 0 in requests', () => {
     expect(decodeFrame(enc({ type: FrameType.END, id: Number.MAX_SAFE_INTEGER })).id).toBe(Number.MAX_SAFE_INTEGER)
     expect(decodeFrame(enc({ type: FrameType.ERROR, id: 0, code: 'TIMEOUT', message: 'idle' })).id).toBe(0)
-    const err = thrown(() => decodeFrame(enc({ type: FrameType.REQUEST, id: 0, method: 'echo', payload: null })))
+    const err = errorOf(() => decodeFrame(enc({ type: FrameType.REQUEST, id: 0, method: 'echo', payload: null })))
     expect(err.name).toBe('MalformedFrameError')
     expect(err.frameId).toBe(0)
   })
@@ -274,7 +239,7 @@ describe('envelope limits', () => {
     expect(METHOD_PATTERN.test(ok)).toBe(true)
     expect((decodeFrame(enc({ type: FrameType.REQUEST, id: 1, method: ok, payload: null })) as { method: string }).method).toBe(ok)
     for (const method of ['a'.repeat(65), '', 'has space', 'ümlaut', 'semi;colon', 'new\nline']) {
-      const err = thrown(() => decodeFrame(enc({ type: FrameType.REQUEST, id: 1, method, payload: null })))
+      const err = errorOf(() => decodeFrame(enc({ type: FrameType.REQUEST, id: 1, method, payload: null })))
       expect(err.name, JSON.stringify(method)).toBe('MalformedFrameError')
       expect(err.frameId).toBe(1)
     }
@@ -283,7 +248,7 @@ describe('envelope limits', () => {
   it('bounds error messages at 1024 characters', () => {
     const at = decodeFrame(enc({ type: FrameType.ERROR, id: 2, code: 'X', message: 'm'.repeat(1024) }))
     expect((at as { message: string }).message).toHaveLength(1024)
-    const err = thrown(() => decodeFrame(enc({ type: FrameType.ERROR, id: 2, code: 'X', message: 'm'.repeat(1025) })))
+    const err = errorOf(() => decodeFrame(enc({ type: FrameType.ERROR, id: 2, code: 'X', message: 'm'.repeat(1025) })))
     expect(err.name).toBe('MalformedFrameError')
     expect(err.frameId).toBe(2)
   })
@@ -293,14 +258,14 @@ describe('envelope limits', () => {
     expect(code).toHaveLength(64)
     expect(decodeFrame(enc({ type: FrameType.ERROR, id: 2, code, message: '' }))).toMatchObject({ code })
     for (const c of [code + 'X', '9LIVES', '_X', 'lower', '']) {
-      expect(thrown(() => decodeFrame(enc({ type: FrameType.ERROR, id: 2, code: c, message: '' }))).name, c).toBe('MalformedFrameError')
+      expect(errorOf(() => decodeFrame(enc({ type: FrameType.ERROR, id: 2, code: c, message: '' }))).name, c).toBe('MalformedFrameError')
     }
   })
 
   it('bounds credit', () => {
     expect(decodeFrame(enc({ type: FrameType.CREDIT, id: 1, credit: 2 ** 32 - 1 }))).toMatchObject({ credit: 2 ** 32 - 1 })
     expect(decodeFrame(enc({ type: FrameType.STREAM_REQUEST, id: 1, method: 'm', payload: null, credit: 0 }))).toMatchObject({ credit: 0 })
-    expect(thrown(() => decodeFrame(enc({ type: FrameType.CREDIT, id: 1, credit: 0 }))).name).toBe('MalformedFrameError')
+    expect(errorOf(() => decodeFrame(enc({ type: FrameType.CREDIT, id: 1, credit: 0 }))).name).toBe('MalformedFrameError')
   })
 
   it('drops the credit key from a REQUEST', () => {

@@ -3,6 +3,7 @@ import { lpStream } from '@libp2p/utils'
 import * as varint from 'uint8-varint'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, decodeFrame, encodeFrame, FrameType, RemoteError } from '../src/index.js'
+import { delay, expectErrorName, until } from '../../../test/util.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
 
 const PROTO = '/ioa/test/1.0.0'
@@ -22,15 +23,8 @@ afterEach(async () => {
   await Promise.all(nodes.splice(0).map(async n => n.stop()))
 })
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until (fn: () => boolean, timeout = 5_000): Promise<void> {
-  const start = Date.now()
-  while (!fn()) {
-    if (Date.now() - start > timeout) throw new Error('condition not met in time')
-    await delay(10)
-  }
-}
+/** How `until` polls the in-process conditions of these tests */
+const POLL = { timeout: 5_000, interval: 10 }
 
 /** Encode a frame with its varint length prefix */
 function wire (frame: Frame): Uint8Array {
@@ -39,16 +33,6 @@ function wire (frame: Frame): Uint8Array {
   varint.encode(body.byteLength, out)
   out.set(body, varint.encodingLength(body.byteLength))
   return out
-}
-
-async function expectError (p: Promise<unknown>, name: string): Promise<Error & { code?: string }> {
-  try {
-    await p
-  } catch (err: any) {
-    expect(err.name).toBe(name)
-    return err
-  }
-  throw new Error(`expected ${name}, got success`)
 }
 
 for (const kind of ['memory', 'tcp'] as const) {
@@ -94,7 +78,7 @@ for (const kind of ['memory', 'tcp'] as const) {
       const client = await makeNode(kind)
       await server.services.messaging.handle(PROTO, 'echo', (p) => p)
       const addr = server.getMultiaddrs()[0]
-      const err = await expectError(client.services.messaging.request(addr, PROTO, 'nope'), 'UnknownMethodError')
+      const err = await expectErrorName(client.services.messaging.request(addr, PROTO, 'nope'), 'UnknownMethodError')
       expect(err.code).toBe('UNKNOWN_METHOD')
       expect(await client.services.messaging.request(addr, PROTO, 'echo', 'still here')).toBe('still here')
     })
@@ -105,9 +89,9 @@ for (const kind of ['memory', 'tcp'] as const) {
       await server.services.messaging.handle(PROTO, 'boom', () => { throw new Error('kaput') })
       await server.services.messaging.handle(PROTO, 'missing', () => { throw new RemoteError('NOT_FOUND', 'no such thing') })
       const addr = server.getMultiaddrs()[0]
-      const err = await expectError(client.services.messaging.request(addr, PROTO, 'boom'), 'HandlerError')
+      const err = await expectErrorName(client.services.messaging.request(addr, PROTO, 'boom'), 'HandlerError')
       expect(err.message).toBe('kaput')
-      const app = await expectError(client.services.messaging.request(addr, PROTO, 'missing'), 'RemoteError')
+      const app = await expectErrorName(client.services.messaging.request(addr, PROTO, 'missing'), 'RemoteError')
       expect(app.code).toBe('NOT_FOUND')
       expect((app as any).remote).toBe(true)
     })
@@ -122,11 +106,11 @@ for (const kind of ['memory', 'tcp'] as const) {
       await server.services.messaging.handle(PROTO, 'echo', (p) => p)
       const addr = server.getMultiaddrs()[0]
       const started = Date.now()
-      await expectError(client.services.messaging.request(addr, PROTO, 'hang', null, { timeout: 300 }), 'TimeoutError')
+      await expectErrorName(client.services.messaging.request(addr, PROTO, 'hang', null, { timeout: 300 }), 'TimeoutError')
       expect(Date.now() - started).toBeLessThan(2_000)
-      await until(() => serverSawAbort)
+      await until(() => serverSawAbort, POLL)
       expect(await client.services.messaging.request(addr, PROTO, 'echo', 1)).toBe(1)
-      await until(() => server.services.messaging.stats().activeHandlers === 0)
+      await until(() => server.services.messaging.stats().activeHandlers === 0, POLL)
     })
 
     it('cancels a request with an AbortSignal and tells the handler', async () => {
@@ -140,8 +124,8 @@ for (const kind of ['memory', 'tcp'] as const) {
       const p = client.services.messaging.request(server.getMultiaddrs()[0], PROTO, 'hang', null, { signal: controller.signal })
       await delay(100)
       controller.abort()
-      await expectError(p, 'CanceledError')
-      await until(() => aborted != null)
+      await expectErrorName(p, 'CanceledError')
+      await until(() => aborted != null, POLL)
       expect((aborted as Error).name).toBe('CanceledError')
       expect(client.services.messaging.stats().pendingRequests).toBe(0)
     })
@@ -152,9 +136,9 @@ for (const kind of ['memory', 'tcp'] as const) {
       await server.services.messaging.handle(PROTO, 'echo', (p) => p)
       await server.services.messaging.handle(PROTO, 'big', () => new Uint8Array(10_000))
       const addr = server.getMultiaddrs()[0]
-      const local = await expectError(client.services.messaging.request(addr, PROTO, 'echo', new Uint8Array(5000)), 'PayloadTooLargeError')
+      const local = await expectErrorName(client.services.messaging.request(addr, PROTO, 'echo', new Uint8Array(5000)), 'PayloadTooLargeError')
       expect((local as any).remote).toBe(false)
-      const remote = await expectError(client.services.messaging.request(addr, PROTO, 'big'), 'PayloadTooLargeError')
+      const remote = await expectErrorName(client.services.messaging.request(addr, PROTO, 'big'), 'PayloadTooLargeError')
       expect((remote as any).remote).toBe(true)
       expect(await client.services.messaging.request(addr, PROTO, 'echo', 'ok')).toBe('ok')
     })
@@ -219,9 +203,9 @@ for (const kind of ['memory', 'tcp'] as const) {
       // window of 4 plus the one being written when credit ran out
       expect(produced).toBeLessThanOrEqual(6)
       await it.return?.()
-      await until(() => cleanedUp)
+      await until(() => cleanedUp, POLL)
       expect(produced).toBeLessThan(20)
-      await until(() => server.services.messaging.stats().activeHandlers === 0)
+      await until(() => server.services.messaging.stats().activeHandlers === 0, POLL)
     })
 
     it('streams an error raised mid-stream', async () => {
@@ -232,7 +216,7 @@ for (const kind of ['memory', 'tcp'] as const) {
         throw new RemoteError('OUT_OF_STOCK', 'gone')
       })
       const seen: unknown[] = []
-      const err = await expectError((async () => {
+      const err = await expectErrorName((async () => {
         for await (const x of client.services.messaging.stream(server.getMultiaddrs()[0], PROTO, 'fail')) seen.push(x)
       })(), 'RemoteError')
       expect(err.code).toBe('OUT_OF_STOCK')
@@ -344,7 +328,7 @@ describe('messaging against bad input (TCP)', () => {
       expect(r.frames[0]).toMatchObject({ type: FrameType.ERROR, id: 0, code: 'TIMEOUT' })
     }
     expect(Date.now() - started).toBeLessThan(4_000)
-    await until(() => server.services.messaging.stats().inboundStreams <= 1)
+    await until(() => server.services.messaging.stats().inboundStreams <= 1, POLL)
     await stillServes(server, bystander)
   })
 
@@ -367,7 +351,7 @@ describe('messaging lifecycle', () => {
   it('reports a peer without the protocol as ProtocolNotSupportedError', async () => {
     const server = await makeNode('tcp')
     const client = await makeNode('tcp')
-    await expectError(client.services.messaging.request(server.getMultiaddrs()[0], '/ioa/absent/1.0.0', 'echo'), 'ProtocolNotSupportedError')
+    await expectErrorName(client.services.messaging.request(server.getMultiaddrs()[0], '/ioa/absent/1.0.0', 'echo'), 'ProtocolNotSupportedError')
   })
 
   it('leaves no streams or handlers behind after stop, and refuses calls when stopped', async () => {
@@ -381,14 +365,14 @@ describe('messaging lifecycle', () => {
     await server.stop()
     expect(client.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
     expect(server.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
-    await expectError(client.services.messaging.request(server.getMultiaddrs()[0] ?? server.peerId, PROTO, 'echo', 1), 'NotStartedError')
+    await expectErrorName(client.services.messaging.request(server.getMultiaddrs()[0] ?? server.peerId, PROTO, 'echo', 1), 'NotStartedError')
   })
 
   it('validates arguments with InvalidArgumentError', async () => {
     const node = await makeNode('memory')
-    await expectError(node.services.messaging.handle('no-slash', 'echo', () => 1), 'InvalidArgumentError')
-    await expectError(node.services.messaging.handle(PROTO, 'bad method!', () => 1), 'InvalidArgumentError')
-    await expectError(node.services.messaging.request(node.peerId, PROTO, 'echo', 1, { timeout: -1 }), 'InvalidArgumentError')
+    await expectErrorName(node.services.messaging.handle('no-slash', 'echo', () => 1), 'InvalidArgumentError')
+    await expectErrorName(node.services.messaging.handle(PROTO, 'bad method!', () => 1), 'InvalidArgumentError')
+    await expectErrorName(node.services.messaging.request(node.peerId, PROTO, 'echo', 1, { timeout: -1 }), 'InvalidArgumentError')
     await expect(createTransportNode({ transports: ['memory'], messaging: { maxFrameSize: -5 } })).rejects.toHaveProperty('name', 'InvalidArgumentError')
   })
 
@@ -399,7 +383,7 @@ describe('messaging lifecycle', () => {
     await server.services.messaging.handle(PROTO, 'bad-result', () => ({ nope: undefined }))
     const addr = server.getMultiaddrs()[0]
     expect(await client.services.messaging.request(addr, PROTO, 'echo', 1, { timeout: 1500.5 })).toBe(1)
-    const err = await expectError(client.services.messaging.request(addr, PROTO, 'bad-result'), 'HandlerError')
+    const err = await expectErrorName(client.services.messaging.request(addr, PROTO, 'bad-result'), 'HandlerError')
     expect((err as any).remote).toBe(true)
   })
 
@@ -411,7 +395,7 @@ describe('messaging lifecycle', () => {
     const addr = server.getMultiaddrs()[0]
     expect(await client.services.messaging.request(addr, PROTO, 'a')).toBe('a')
     await server.services.messaging.unhandle(PROTO, 'a')
-    await expectError(client.services.messaging.request(addr, PROTO, 'a'), 'UnknownMethodError')
+    await expectErrorName(client.services.messaging.request(addr, PROTO, 'a'), 'UnknownMethodError')
     expect(await client.services.messaging.request(addr, PROTO, 'b')).toBe('b')
   })
 })

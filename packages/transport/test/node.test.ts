@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { MemoryDatastore } from 'datastore-core'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, IOA_DHT_PROTOCOL } from '../src/index.js'
+import { delay, expectErrorName, until } from '../../../test/util.js'
 import type { TransportNode, TransportNodeInit } from '../src/index.js'
 
 const PROTO = '/ioa/test/1.0.0'
@@ -25,20 +26,13 @@ async function makeNode (init: TransportNodeInit = {}): Promise<TransportNode> {
 const tcpInit = (): TransportNodeInit => ({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
 const memoryInit = (): TransportNodeInit => ({ transports: ['memory'], listen: [`/memory/node-test-${process.pid}-${counter++}`] })
 
+/** How `until` polls in these tests */
+const POLL = { interval: 25 }
+
 async function tempDir (): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'ioa-node-test-'))
   dirs.push(dir)
   return dir
-}
-
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
-async function until (fn: () => boolean | Promise<boolean>, timeout = 10_000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeout
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(25)
-  }
 }
 
 /**
@@ -75,16 +69,6 @@ async function ping (from: TransportNode, to: TransportNode, timeout = 5_000): P
       await delay(25)
     }
   }
-}
-
-async function expectRejection (p: Promise<unknown>, name: string): Promise<Error> {
-  try {
-    await p
-  } catch (err: any) {
-    expect(err.name).toBe(name)
-    return err
-  }
-  throw new Error(`expected ${name}, got success`)
 }
 
 afterEach(async () => {
@@ -154,7 +138,7 @@ describe('createTransportNode', () => {
     expect(await ping(b, a)).toBeGreaterThanOrEqual(0)
 
     // identify tells each side that the other speaks the agent DHT
-    await until(async () => (await a.peerStore.get(b.peerId)).protocols.includes(IOA_DHT_PROTOCOL), 10_000, 'identify')
+    await until(async () => (await a.peerStore.get(b.peerId)).protocols.includes(IOA_DHT_PROTOCOL), { ...POLL, timeout: 10_000, what: 'identify' })
     expect(b.getConnections(a.peerId).length).toBeGreaterThan(0)
   })
 
@@ -192,17 +176,17 @@ describe('createTransportNode', () => {
   it('joins the network through its bootstrap list by itself', async () => {
     const a = await makeNode(tcpInit())
     const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()] })
-    await until(() => b.getConnections(a.peerId).length > 0, 10_000, 'bootstrap connection')
+    await until(() => b.getConnections(a.peerId).length > 0, { ...POLL, timeout: 10_000, what: 'bootstrap connection' })
     // the dialling side finishes the Noise handshake first: A's side follows shortly
-    await until(() => a.getConnections(b.peerId).length > 0, 5_000, 'inbound connection on the bootstrap peer')
+    await until(() => a.getConnections(b.peerId).length > 0, { ...POLL, timeout: 5_000, what: 'inbound connection on the bootstrap peer' })
     expect(b.getConnections(a.peerId)[0].direction).toBe('outbound')
     // and the bootstrap peer ends up in its DHT routing table
     const dht = b.services.dht as unknown as { routingTable: { size: number } }
-    await until(() => dht.routingTable.size > 0, 10_000, 'routing table entry')
+    await until(() => dht.routingTable.size > 0, { ...POLL, timeout: 10_000, what: 'routing table entry' })
   })
 
   it('rejects an unknown transport name with InvalidArgumentError', async () => {
-    const err = await expectRejection(createTransportNode({ transports: ['udp' as any] }), 'InvalidArgumentError')
+    const err = await expectErrorName(createTransportNode({ transports: ['udp' as any] }), 'InvalidArgumentError')
     expect(err.message).toContain('udp')
     expect((err as Error & { code?: string }).code).toBe('INVALID_ARGUMENT')
   })

@@ -8,6 +8,7 @@ import { compositionPlanner } from '../../src/planners/index.js'
 import { resolveInput, topologicalOrder } from '../../src/plan.js'
 import type { Goal, Plan } from '../../src/plan.js'
 import { CAR_CAPABILITIES, CAR_GOAL, plannerSuite } from './suite.js'
+import { rejectionOf } from '../../../../test/util.js'
 
 function skill (id: string, input: Record<string, string>, output: Record<string, string>, optional: Record<string, string> = {}): Skill {
   const props = (o: Record<string, string>): Record<string, unknown> => Object.fromEntries(Object.entries(o).map(([k, t]) => [k, { type: t }]))
@@ -45,15 +46,6 @@ const DISTRACTORS: Skill[] = [
 ]
 
 const CATALOGUE = [...DISTRACTORS.slice(0, 3), ...CAR_SKILLS, ...DISTRACTORS.slice(3)]
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
 
 plannerSuite('composition', () => compositionPlanner({ catalogue: CATALOGUE }))
 

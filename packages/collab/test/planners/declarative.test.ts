@@ -8,6 +8,7 @@ import type { Template } from '../../src/planners/index.js'
 import { resolveInput, subGoal, topologicalOrder } from '../../src/plan.js'
 import type { Goal, Plan } from '../../src/plan.js'
 import { CAR_GOAL, plannerSuite, transitiveDeps } from './suite.js'
+import { rejectionOf } from '../../../../test/util.js'
 
 /** The car scenario: a named group of the intent becomes the `night` parameter */
 const CAR_TEMPLATE: Template = {
@@ -33,15 +34,6 @@ const CAR_TEMPLATE: Template = {
 }
 
 const templates = { '/^book (?:me )?a hotel for (?<when>.+)$/i': CAR_TEMPLATE }
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
-}
 
 plannerSuite('declarative', () => declarativePlanner({ templates }))
 

@@ -14,6 +14,7 @@ import type { DiscoveredAgent, DiscoveryQuery } from '@ioa/interconnect'
 import { DEFAULT_SYSTEM_PROMPT, llmPlanner } from '../../src/planners/index.js'
 import type { LlmPlannerInit } from '../../src/planners/index.js'
 import { CAR_CAPABILITIES, CAR_GOAL, plannerSuite } from './suite.js'
+import { rejectionOf } from '../../../../test/util.js'
 
 /** What a good model would answer for the car goal */
 const CAR_PLAN = {
@@ -92,15 +93,6 @@ afterAll(async () => {
 
 function planner (init: Partial<LlmPlannerInit> = {}): ReturnType<typeof llmPlanner> {
   return llmPlanner({ url, model: 'fake-model', capabilities: CAR_CAPABILITIES, ...init })
-}
-
-async function rejectionOf (p: Promise<unknown>): Promise<any> {
-  try {
-    await p
-  } catch (err) {
-    return err
-  }
-  throw new Error('expected a rejection')
 }
 
 plannerSuite('llm (fake OpenAI-compatible endpoint)', () => planner())

@@ -3,6 +3,7 @@
  * The normative description is `spec/transport.md`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
+import * as varint from 'uint8-varint'
 import { MalformedFrameError } from './errors.js'
 import type { Uint8ArrayList } from 'uint8arraylist'
 
@@ -117,6 +118,18 @@ function payloadBytes (payload: unknown): Uint8Array {
  * m, n, p, t) and only the payload goes through the generic encoder.
  */
 export function encodeFrame (frame: Frame): Uint8Array {
+  return build(frame, false)
+}
+
+/**
+ * Encode a frame with its unsigned-varint length prefix, in one buffer (what
+ * goes on the wire)
+ */
+export function encodeFramePrefixed (frame: Frame): Uint8Array {
+  return build(frame, true)
+}
+
+function build (frame: Frame, prefixed: boolean): Uint8Array {
   // [key, value parts], in canonical key order
   const fields: Array<[string, Uint8Array[]]> = []
 
@@ -155,8 +168,10 @@ export function encodeFrame (frame: Frame): Uint8Array {
   }
   let length = 0
   for (const p of parts) length += p.length
-  const out = new Uint8Array(length)
-  let offset = 0
+  const prefix = prefixed ? varint.encodingLength(length) : 0
+  const out = new Uint8Array(prefix + length)
+  if (prefixed) varint.encode(length, out)
+  let offset = prefix
   for (const p of parts) {
     out.set(p, offset)
     offset += p.length

@@ -5,11 +5,11 @@
  */
 import { LengthPrefixedDecoder } from '@libp2p/utils'
 import * as varint from 'uint8-varint'
-import { Uint8ArrayList } from 'uint8arraylist'
-import { decodeFrame, encodeFrame } from './codec.js'
+import { decodeFrame, encodeFramePrefixed } from './codec.js'
 import { MalformedFrameError, PayloadTooLargeError, StreamClosedError } from './errors.js'
 import type { Frame } from './codec.js'
 import type { Logger, Stream } from '@libp2p/interface'
+import type { Uint8ArrayList } from 'uint8arraylist'
 
 /**
  * The decoder asks for a length after every chunk, usually of an empty buffer;
@@ -112,19 +112,20 @@ export class FramedStream {
   /**
    * Encode a frame, refusing it locally if it would exceed the frame limit
    */
-  encode (frame: Frame): Uint8ArrayList {
-    const body = encodeFrame(frame)
-    if (body.byteLength > this.init.maxFrameSize) {
-      throw new PayloadTooLargeError(`Encoded frame is ${body.byteLength} bytes, limit is ${this.init.maxFrameSize}`)
+  encode (frame: Frame): Uint8Array {
+    const bytes = encodeFramePrefixed(frame)
+    const body = varint.decode(bytes)
+    if (body > this.init.maxFrameSize) {
+      throw new PayloadTooLargeError(`Encoded frame is ${body} bytes, limit is ${this.init.maxFrameSize}`)
     }
-    return new Uint8ArrayList(varint.encode(body.byteLength), body)
+    return bytes
   }
 
   /**
    * Write an encoded frame, waiting for the stream to drain when its send
    * buffer is full (backpressure)
    */
-  async write (bytes: Uint8ArrayList, signal?: AbortSignal): Promise<void> {
+  async write (bytes: Uint8Array, signal?: AbortSignal): Promise<void> {
     if (!this.isOpen) {
       throw new StreamClosedError('Stream is not open')
     }
@@ -151,7 +152,7 @@ export class FramedStream {
    * once (the common case, no promise made), or a promise that settles when
    * the send buffer has drained or the write failed.
    */
-  send (bytes: Uint8ArrayList): Promise<void> | undefined {
+  send (bytes: Uint8Array): Promise<void> | undefined {
     if (!this.isOpen) {
       return Promise.reject(new StreamClosedError('Stream is not open'))
     }

@@ -21,7 +21,7 @@ export type {
   Messaging, MessagingInit, MessagingComponents, MessagingStats, MessageTarget,
   RequestContext, RequestOptions, UnaryHandler, StreamingHandler
 } from './messaging.js'
-export { encodeFrame, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
+export { encodeFrame, encodeFramePrefixed, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
 export type { CodedErrorClass } from './errors.js'
 export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {

@@ -23,6 +23,7 @@ import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
 import { discoveryGroup, hostingGroup } from './interconnect.js'
+import { orchestrationGroup, dagGroup, chainGroup } from './collab.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -494,7 +495,10 @@ const echoGroup = {
 const GROUPS = [
   echoGroup,
   discoveryGroup,
-  hostingGroup
+  hostingGroup,
+  chainGroup,
+  orchestrationGroup,
+  dagGroup
 ]
 
 // ---------------------------------------------------------------------------

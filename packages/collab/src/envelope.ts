@@ -61,7 +61,7 @@ export interface EnvelopePayload {
   exp: number
   /** CID (string, CIDv1 dag-cbor sha2-256) of the DAG-CBOR request body */
   body: string
-  /** Delegation tokens: the leaf (audience `from`) first, then its proofs */
+  /** Delegation tokens: the leaf (audience `from`, or an invocation token from `from` to `to`) first, then its proofs */
   proofs: Token[]
 }
 
@@ -302,7 +302,8 @@ export interface VerifiedEnvelope {
 /**
  * Verify a received envelope and its body: shape, `to`, time window,
  * signature, nonce (replay cache), body CID, then the delegation chain
- * (`aud` of the leaf is `from`, a capability covers `skill`).
+ * (`aud` of the leaf is `from`, or the leaf is issued by `from` to `to`; a
+ * capability covers `skill`).
  *
  * Errors: `INVALID_ENVELOPE`, `INVALID_TOKEN` (a malformed proof),
  * `ENVELOPE_EXPIRED`, `INVALID_SIGNATURE`,
@@ -338,7 +339,9 @@ export async function verifyEnvelope (raw: unknown, body: unknown, options: Veri
     ...(options.isRevoked != null ? { isRevoked: options.isRevoked } : {}),
     ...(options.roots != null ? { roots: options.roots } : {})
   })
-  if (chain.audience !== p.from) {
+  // the sender's own delegation, or an invocation token: a leaf issued by the
+  // sender to this executor (the sender attenuates its authority for the call)
+  if (chain.audience !== p.from && !(chain.audience === p.to && chain.path[0].payload.iss === p.from)) {
     throw new UnauthorizedError('The delegation was not granted to the sender')
   }
   const capability = capabilityFor(chain, p.skill)

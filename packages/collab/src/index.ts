@@ -52,3 +52,9 @@ export {
 export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskRecord } from './tasks.js'
 export { createTaskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './task-service.js'
 export type { TaskService, TaskServiceInit, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './task-service.js'
+export { createOrchestrator, subtaskId, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestrator.js'
+export type {
+  Orchestrator, OrchestratorInit, OrchestratorEvent, RunOptions, RunResult, RunSummary, StepOutcome, BackoffInit, AttenuateContext
+} from './orchestrator.js'
+export { RunJournal, JOURNAL_PREFIX, RUN_ID } from './journal.js'
+export type { RunRecord, StepRecord, AttemptRecord, AttemptState, RunState, StepState } from './journal.js'

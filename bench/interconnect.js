@@ -69,8 +69,9 @@ export const discoveryGroup = {
       })
       // let the DHT settle: announcements made while routing tables are still
       // small land on the wrong "closest" peers and are not found later
-      progress('waiting for routing tables (>= 15 peers each)')
-      for (let t = 0; t < 300 && nodes.some(n => n.services.dht.routingTable.size < 15); t++) await sleep(200)
+      progress('waiting for routing tables (>= 30 peers each, at most 120 s)')
+      for (let t = 0; t < 600 && nodes.some(n => n.services.dht.routingTable.size < 30); t++) await sleep(200)
+      progress(`smallest routing table: ${Math.min(...nodes.map(n => n.services.dht.routingTable.size))} peers`)
       // lookups by capability only: agent-id records are not needed here
       for (const n of nodes) ics.push(await createInterconnect(n, { domain: 'bench.example', announceAgentIds: false, announceConcurrency: 2 }))
 

@@ -4,6 +4,7 @@
  * and routes messages to an agent id.
  */
 import { MemoryDatastore } from 'datastore-core'
+import { AsyncQueue } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { agentCid, assertCapability, capabilityCid, capabilityPrefixes } from './capability.js'
 import { CARD_LIMITS, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
@@ -285,37 +286,6 @@ interface Defaults {
   clockSkew: number
 }
 
-
-/**
- * A small async queue: producers push, the consumer iterates until closed
- */
-class Channel<T> {
-  private readonly items: T[] = []
-  private waiting?: () => void
-  private closed = false
-
-  push (item: T): void {
-    this.items.push(item)
-    this.waiting?.()
-  }
-
-  close (): void {
-    this.closed = true
-    this.waiting?.()
-  }
-
-  async * [Symbol.asyncIterator] (): AsyncGenerator<T> {
-    while (true) {
-      if (this.items.length > 0) {
-        yield this.items.shift() as T
-        continue
-      }
-      if (this.closed) return
-      await new Promise<void>(resolve => { this.waiting = resolve })
-      this.waiting = undefined
-    }
-  }
-}
 
 class DefaultInterconnect implements Interconnect {
   readonly node: TransportNode
@@ -708,7 +678,7 @@ class DefaultInterconnect implements Interconnect {
     options.signal?.addEventListener('abort', onAbort, { once: true })
     const signal = controller.signal
 
-    const out = new Channel<DiscoveredAgent>()
+    const out = new AsyncQueue<DiscoveredAgent>()
     const collected: DiscoveredAgent[] = []
     const self = this.node.peerId.toString()
 

@@ -31,3 +31,4 @@ export {
   ErrorFamily
 } from './errors.js'
 export { openDatastore } from './node.js'
+export { AsyncQueue } from './async-queue.js'

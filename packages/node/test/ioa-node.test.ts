@@ -5,8 +5,8 @@ import { tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { afterEach, describe, expect, it } from 'vitest'
 import { until } from '../../../test/util.js'
-import { ConfigError, createIoaNode, initFromConfig, loadConfig, parseConfig } from '../src/index.js'
-import type { IoaNode } from '../src/index.js'
+import { createIoaNode, initFromConfig, loadConfig, parseConfig } from '../src/index.js'
+import type { IoaNode , ConfigError} from '../src/index.js'
 
 const nodes: IoaNode[] = []
 const dirs: string[] = []

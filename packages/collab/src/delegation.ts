@@ -15,6 +15,7 @@ import {
   ChainTooDeepError, EscalationError, InvalidSignatureError, InvalidTokenError, PrincipalMismatchError,
   RevokedError, TokenExpiredError, TokenNotYetValidError
 } from './errors.js'
+import { signWith, verifyEd25519 } from './ed25519.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { PublicKey } from '@libp2p/interface'
 
@@ -163,18 +164,16 @@ function publicKeyOf (did: unknown): PublicKey | undefined {
   return key
 }
 
-function isEd25519Did (value: unknown): value is Did {
+/** @internal Is `value` an Ed25519 did:key (what `isDid` checks), with the parsed key cached */
+export function isEd25519Did (value: unknown): value is Did {
   return publicKeyOf(value) != null
 }
 
-async function verifySignature (did: Did, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
+/** @internal Verify an Ed25519 signature by a did:key, with the parsed key cached per DID */
+export async function verifySignature (did: Did, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
   const key = publicKeyOf(did)
   if (key == null) return false
-  try {
-    return await key.verify(data, sig)
-  } catch {
-    return false
-  }
+  return verifyEd25519(did, key, data, sig)
 }
 
 // ---------------------------------------------------------------------------
@@ -268,16 +267,27 @@ function parseCapability (value: unknown, where: string): Capability {
   return cap
 }
 
+/** Strings recently found to be canonical token CIDs (a pure function of the string) */
+const CID_CACHE_MAX = 4096
+const validCids = new Set<string>()
+
 /** Is `s` a token CID in canonical string form (CIDv1, dag-cbor, sha2-256, base32)? */
 export function isTokenCid (s: unknown): s is string {
   if (typeof s !== 'string' || s.length > 128) return false
+  if (validCids.has(s)) return true
+  let ok: boolean
   try {
     const cid = CID.parse(s)
-    return cid.version === 1 && cid.code === DAG_CBOR && cid.multihash.code === SHA2_256 &&
+    ok = cid.version === 1 && cid.code === DAG_CBOR && cid.multihash.code === SHA2_256 &&
       cid.multihash.digest.length === 32 && cid.toString() === s
   } catch {
     return false
   }
+  if (ok) {
+    if (validCids.size >= CID_CACHE_MAX) validCids.delete(validCids.values().next().value as string)
+    validCids.add(s)
+  }
+  return ok
 }
 
 function parsePayload (value: unknown): TokenPayload {
@@ -349,7 +359,11 @@ function withPrefix (body: Uint8Array): Uint8Array {
  * Validate a token and encode it: the token (a clean copy), its bytes, and
  * the bytes of its payload
  */
-function checkToken (value: unknown): { token: Token, bytes: Uint8Array, body: Uint8Array } {
+/** @internal A validated token: a clean copy, its encoding and the encoding of its payload */
+export interface CheckedToken { token: Token, bytes: Uint8Array, body: Uint8Array }
+
+/** @internal */
+export function checkToken (value: unknown): CheckedToken {
   if (!isPlainMap(value)) throw new InvalidTokenError('Token must be a map { payload, sig }')
   onlyKeys(value, ['payload', 'sig'], 'token')
   const payload = parsePayload(value.payload)
@@ -456,7 +470,7 @@ export async function delegate (issuer: Identity, init: DelegateInit, options: {
     nonce: init.nonce ?? newNonce(),
     prf
   })
-  const sig = await issuer.sign(tokenSigningBytes(payload))
+  const sig = await signWith(issuer, tokenSigningBytes(payload))
   options.signal?.throwIfAborted()
   return checkToken({ payload, sig }).token
 }
@@ -553,8 +567,18 @@ function short (cid: string): string {
  * of the first failing check (`spec/collab-delegation.md`, section 5).
  */
 export async function verifyChain (leaf: Token, pool: Token[] = [], options: VerifyChainOptions = {}): Promise<VerifiedChain> {
-  const signal = options.signal
-  signal?.throwIfAborted()
+  options.signal?.throwIfAborted()
+  chainSettings(options)
+  if (!Array.isArray(pool)) throw new InvalidTokenError('The proof pool must be a list of tokens')
+  if (pool.length > TOKEN_LIMITS.maxPool) {
+    throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
+  }
+  const leafChecked = checkToken(leaf)
+  return verifyCheckedChain(leafChecked, pool.map(t => checkToken(t)), options)
+}
+
+/** The checked `now`, clock skew and depth limit of a verification */
+function chainSettings (options: VerifyChainOptions): { now: number, skew: number, maxDepth: number } {
   const now = options.now ?? Date.now()
   const skew = options.clockSkew ?? DEFAULT_CLOCK_SKEW
   const maxDepth = options.maxDepth ?? DEFAULT_MAX_DEPTH
@@ -563,20 +587,39 @@ export async function verifyChain (leaf: Token, pool: Token[] = [], options: Ver
   if (!Number.isInteger(maxDepth) || maxDepth < 1 || maxDepth > TOKEN_LIMITS.maxDepthLimit) {
     throw new TypeError(`maxDepth must be an integer from 1 to ${TOKEN_LIMITS.maxDepthLimit}`)
   }
+  return { now, skew, maxDepth }
+}
+
+/**
+ * Tokens whose signature verified, by CID (a CID is the hash of the token's
+ * bytes, signature included: the same CID is the same signed token). Only
+ * the signature check is skipped for them; every other check of a chain is
+ * made on every verification.
+ */
+const SIG_CACHE_MAX = 4096
+const verifiedSigs = new Set<string>()
+
+function rememberSignature (cid: string): void {
+  if (verifiedSigs.size >= SIG_CACHE_MAX) verifiedSigs.delete(verifiedSigs.values().next().value as string)
+  verifiedSigs.add(cid)
+}
+
+/** @internal `verifyChain` of tokens already validated by `checkToken` */
+export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked: CheckedToken[], options: VerifyChainOptions = {}): Promise<VerifiedChain> {
+  const signal = options.signal
+  signal?.throwIfAborted()
+  const { now, skew, maxDepth } = chainSettings(options)
   const roots = options.roots != null ? new Set(options.roots) : undefined
   const isRevoked = options.isRevoked
 
-  if (!Array.isArray(pool)) throw new InvalidTokenError('The proof pool must be a list of tokens')
-  if (pool.length > TOKEN_LIMITS.maxPool) {
+  if (poolChecked.length > TOKEN_LIMITS.maxPool) {
     throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
   }
-  const leafChecked = checkToken(leaf)
   const leafCid = (await cidOfBytes(leafChecked.bytes)).toString()
   const byCid = new Map<string, Token>()
   /** payload bytes of every token, for its signing bytes */
   const bodies = new Map<Token, Uint8Array>([[leafChecked.token, leafChecked.body]])
-  for (const t of pool) {
-    const checked = checkToken(t)
+  for (const checked of poolChecked) {
     byCid.set((await cidOfBytes(checked.bytes)).toString(), checked.token)
     bodies.set(checked.token, checked.body)
   }
@@ -600,8 +643,13 @@ export async function verifyChain (leaf: Token, pool: Token[] = [], options: Ver
     active.add(cid)
 
     const p = token.payload
-    if (!await verifySignature(p.iss, withPrefix(bodies.get(token) ?? dagCbor.encode(p)), token.sig)) {
-      throw new InvalidSignatureError(`Signature of token ${short(cid)} does not verify for ${p.iss}`)
+    if (!verifiedSigs.has(cid)) {
+      const body = bodies.get(token)
+      if (!await verifySignature(p.iss, withPrefix(body ?? dagCbor.encode(p)), token.sig)) {
+        throw new InvalidSignatureError(`Signature of token ${short(cid)} does not verify for ${p.iss}`)
+      }
+      // only when the bytes verified are those the CID was computed from
+      if (body != null) rememberSignature(cid)
     }
     if (p.exp + skew < now) {
       throw new TokenExpiredError(`Token ${short(cid)} expired at ${new Date(p.exp).toISOString()}`)

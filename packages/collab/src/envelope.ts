@@ -8,15 +8,16 @@
  * ```
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { isCapability, isDid, verifyByDid } from '@ioa/interconnect'
+import { isCapability } from '@ioa/interconnect'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
-import { DEFAULT_CLOCK_SKEW, capabilityFor, parseToken, verifyChain } from './delegation.js'
+import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain, verifySignature } from './delegation.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
 } from './errors.js'
-import type { Capability, Token, VerifiedChain } from './delegation.js'
+import { signWith } from './ed25519.js'
+import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
 
 /** Domain-separation prefix of envelope signatures */
@@ -86,9 +87,20 @@ export interface EnvelopeInit {
   expiresAt?: number
 }
 
+/** Random bytes drawn from the CSPRNG in blocks, handed out 16 at a time (each byte once) */
+const NONCE_POOL = 4096
+let noncePool = new Uint8Array(0)
+let nonceOffset = 0
+
 /** Random nonce: 16 bytes, base64url */
 export function randomNonce (): string {
-  return uint8ToString(globalThis.crypto.getRandomValues(new Uint8Array(16)), 'base64url')
+  if (nonceOffset + 16 > noncePool.length) {
+    noncePool = globalThis.crypto.getRandomValues(new Uint8Array(NONCE_POOL))
+    nonceOffset = 0
+  }
+  const bytes = noncePool.subarray(nonceOffset, nonceOffset + 16)
+  nonceOffset += 16
+  return uint8ToString(bytes, 'base64url')
 }
 
 /** CID (CIDv1, dag-cbor, sha2-256) of the DAG-CBOR encoding of a body, as a string */
@@ -99,17 +111,32 @@ export async function bodyCid (body: unknown): Promise<string> {
   } catch (err: any) {
     throw new InvalidEnvelopeError(`Body is not DAG-CBOR encodable: ${err?.message ?? err}`)
   }
+  return bodyCidOfBytes(bytes)
+}
+
+/** @internal `bodyCid` of a body already encoded (DAG-CBOR) */
+export async function bodyCidOfBytes (bytes: Uint8Array): Promise<string> {
   return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
 }
 
-/** The bytes an envelope signature covers */
-export function envelopeSigningBytes (payload: EnvelopePayload): Uint8Array {
-  const body = dagCbor.encode(payload)
+function withPrefix (body: Uint8Array): Uint8Array {
   const out = new Uint8Array(PREFIX_BYTES.length + body.length)
   out.set(PREFIX_BYTES)
   out.set(body, PREFIX_BYTES.length)
   return out
 }
+
+/** The bytes an envelope signature covers */
+export function envelopeSigningBytes (payload: EnvelopePayload): Uint8Array {
+  return withPrefix(dagCbor.encode(payload))
+}
+
+/**
+ * Bytes the DAG-CBOR encoding of `{ payload, sig }` (64-byte sig) adds to the
+ * payload's own encoding: map header, `sig` key and value (the shorter key
+ * first), `payload` key
+ */
+const ENVELOPE_OVERHEAD = 1 + 4 + 2 + 64 + 8
 
 /**
  * Create and sign an envelope for a request body
@@ -126,12 +153,14 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
     iat,
     exp: init.expiresAt ?? iat + DEFAULT_ENVELOPE_TTL,
     body: await bodyCid(init.body),
-    proofs: init.proofs.map(t => parseToken(t))
+    proofs: init.proofs.map(t => checkToken(t).token)
   }
-  // refuse to sign what a receiver would refuse to accept
-  const checked = parseEnvelope({ payload, sig: new Uint8Array(64) })
-  const sig = await sender.sign(envelopeSigningBytes(checked.payload))
-  return { payload: checked.payload, sig }
+  // refuse to sign what a receiver would refuse to accept (the same checks as
+  // parseEnvelope; the proofs were just checked, the payload is encoded once)
+  checkPayloadFields(payload as unknown as Record<string, unknown>)
+  const bytes = encodePayload(payload)
+  const sig = await signWith(sender, withPrefix(bytes))
+  return { payload, sig }
 }
 
 function isMap (v: unknown): v is Record<string, unknown> {
@@ -147,11 +176,18 @@ function isTime (v: unknown): v is number {
  * Throws `InvalidEnvelopeError` for anything malformed.
  */
 export function parseEnvelope (raw: unknown): Envelope {
-  if (!isMap(raw)) throw new InvalidEnvelopeError('Envelope must be a map')
-  const { payload, sig, ...extra } = raw
-  if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError(`Unknown envelope fields: ${Object.keys(extra).slice(0, 5).join(', ')}`)
-  if (!(sig instanceof Uint8Array) || sig.length !== 64) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
-  if (!isMap(payload)) throw new InvalidEnvelopeError('Envelope payload must be a map')
+  return checkEnvelope(raw).envelope
+}
+
+/** @internal A parsed envelope, its proofs as checked tokens, and the DAG-CBOR encoding of its payload */
+export interface CheckedEnvelope {
+  envelope: Envelope
+  proofs: CheckedToken[]
+  payloadBytes: Uint8Array
+}
+
+/** The field checks of an envelope payload (not of the tokens in `proofs`) */
+function checkPayloadFields (payload: Record<string, unknown>): void {
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs, ...rest } = payload
   if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
   if (v !== 1) throw new InvalidEnvelopeError('Unsupported envelope version')
@@ -175,20 +211,38 @@ export function parseEnvelope (raw: unknown): Envelope {
   if (!Array.isArray(proofs) || proofs.length > ENVELOPE_LIMITS.maxProofs) {
     throw new InvalidEnvelopeError(`envelope.proofs must be a list of at most ${ENVELOPE_LIMITS.maxProofs} tokens`)
   }
+}
+
+/** The payload's DAG-CBOR encoding, within the envelope size limit */
+function encodePayload (payload: EnvelopePayload): Uint8Array {
+  let bytes: Uint8Array
+  try {
+    bytes = dagCbor.encode(payload)
+  } catch (err: any) {
+    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
+  }
+  if (bytes.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  return bytes
+}
+
+/** @internal `parseEnvelope`, keeping the checked tokens and the payload's encoding */
+export function checkEnvelope (raw: unknown): CheckedEnvelope {
+  if (!isMap(raw)) throw new InvalidEnvelopeError('Envelope must be a map')
+  const { payload, sig, ...extra } = raw
+  if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError(`Unknown envelope fields: ${Object.keys(extra).slice(0, 5).join(', ')}`)
+  if (!(sig instanceof Uint8Array) || sig.length !== 64) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
+  if (!isMap(payload)) throw new InvalidEnvelopeError('Envelope payload must be a map')
+  checkPayloadFields(payload)
+  const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload as unknown as EnvelopePayload
   // each token is checked for shape and limits (INVALID_TOKEN); verifyChain checks the rest
-  const tokens: Token[] = proofs.map(t => parseToken(t))
+  const checked = (proofs as unknown[]).map(t => checkToken(t))
+  const tokens: Token[] = checked.map(c => c.token)
   const env: Envelope = {
     payload: { v, from, to, skill, task, nonce, iat, exp, body, proofs: tokens },
     sig
   }
-  let size: number
-  try {
-    size = dagCbor.encode(env).byteLength
-  } catch (err: any) {
-    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
-  }
-  if (size > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
-  return env
+  const payloadBytes = encodePayload(env.payload)
+  return { envelope: env, proofs: checked, payloadBytes }
 }
 
 export interface ReplayCacheInit {
@@ -311,7 +365,16 @@ export interface VerifiedEnvelope {
  * (`INVALID_TOKEN`, `TOKEN_EXPIRED`, `ESCALATION`, `REVOKED`, …).
  */
 export async function verifyEnvelope (raw: unknown, body: unknown, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
-  const env = parseEnvelope(raw)
+  const checked = checkEnvelope(raw)
+  return verifyCheckedEnvelope(checked, async () => bodyCid(body), options)
+}
+
+/**
+ * @internal `verifyEnvelope` of an envelope checked by `checkEnvelope`;
+ * `cidOfBody` gives the body's CID (asked for after the signature and nonce checks)
+ */
+export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody: () => Promise<string>, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
+  const env = checked.envelope
   const p = env.payload
   const now = options.now ?? Date.now()
   const skew = options.clockSkew ?? DEFAULT_CLOCK_SKEW
@@ -321,18 +384,18 @@ export async function verifyEnvelope (raw: unknown, body: unknown, options: Veri
   if (p.iat > now + skew) throw new InvalidEnvelopeError('Envelope issued in the future')
   if (p.exp + skew < now) throw new EnvelopeExpiredError(`Envelope expired at ${p.exp}`)
 
-  if (!await verifyByDid(p.from, envelopeSigningBytes(p), env.sig)) {
+  if (!await verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
     throw new InvalidSignatureError('Envelope signature does not verify')
   }
   // the nonce is consumed by any correctly signed envelope, whatever follows
   if (!options.replayCache.check(p.from, p.nonce, p.iat, p.exp, now)) {
     throw new ReplayError('Envelope nonce already used')
   }
-  const cid = await bodyCid(body)
+  const cid = await cidOfBody()
   if (cid !== p.body) throw new InvalidEnvelopeError('Body does not match envelope.body')
 
   if (p.proofs.length === 0) throw new UnauthorizedError(`No delegation for ${p.skill}`)
-  const chain = await verifyChain(p.proofs[0], p.proofs.slice(1), {
+  const chain = await verifyCheckedChain(checked.proofs[0], checked.proofs.slice(1), {
     now,
     clockSkew: skew,
     ...(options.maxDepth != null ? { maxDepth: options.maxDepth } : {}),

@@ -894,7 +894,9 @@ class DefaultOrchestrator implements Orchestrator {
       }
       rec.slots = Math.min(count, pool.size)
       if (run.record.budget != null) rec.budget = this.allocate(run, step, rec.slots)
-      await this.save(run, rec)
+      // not awaited here: the first subtask's save, queued in this same turn,
+      // coalesces with it and is awaited before any request leaves
+      void this.save(run, rec).catch(() => {})
     }
     // (resumed: the journaled subtasks name their providers; spares are looked up when needed)
 

@@ -15,7 +15,9 @@ import {
   ApprovalRequiredError, BudgetExceededError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
   NoProviderError, UnauthorizedError, UnknownTaskError, fromRemote
 } from './errors.js'
-import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, ReplayCache, TASK_ID_PATTERN, createEnvelope, parseEnvelope, verifyEnvelope } from './envelope.js'
+import {
+  DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, ReplayCache, TASK_ID_PATTERN, bodyCid as cidOfBody, bodyCidOfBytes, checkEnvelope, createEnvelope, verifyCheckedEnvelope
+} from './envelope.js'
 import { allOf, evaluatePolicy, verifyApproval } from './policy.js'
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
@@ -218,16 +220,22 @@ function checkKey (v: unknown, what: string): string | undefined {
 }
 
 function parseBody (raw: unknown, maxBytes: number): TaskBody {
+  return checkBody(raw, maxBytes).body
+}
+
+/** `parseBody`, with the body's DAG-CBOR encoding when it is that of the parsed body */
+function checkBody (raw: unknown, maxBytes: number): { body: TaskBody, bytes?: Uint8Array } {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Task body must be a map')
   const { input, contextId, deadline, budget, idempotencyKey, ...rest } = raw
   if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown task body fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
   if (!('input' in raw)) throw new InvalidEnvelopeError('Task body needs input')
-  let size: number
+  let bytes: Uint8Array
   try {
-    size = dagCbor.encode(raw).byteLength
+    bytes = dagCbor.encode(raw)
   } catch {
     throw new InvalidEnvelopeError('Task body is not DAG-CBOR encodable')
   }
+  const size = bytes.byteLength
   if (size > maxBytes) throw new InvalidEnvelopeError(`Task body exceeds ${maxBytes} bytes`)
   const body: TaskBody = { input }
   const ctx = checkKey(contextId, 'contextId')
@@ -242,7 +250,8 @@ function parseBody (raw: unknown, maxBytes: number): TaskBody {
     if (typeof budget !== 'number' || !Number.isFinite(budget) || budget < 0) throw new InvalidEnvelopeError('budget must be a non-negative number')
     body.budget = budget
   }
-  return body
+  // the same keys (none was null): the same values, so the same canonical encoding
+  return Object.keys(body).length === Object.keys(raw).length ? { body, bytes } : { body }
 }
 
 function parseTaskRef (raw: unknown, withApproval = false): { agent: Did, task: string } {
@@ -611,13 +620,15 @@ class DefaultTaskService implements TaskService {
     if (!isMap(payload)) throw new InvalidEnvelopeError('submit needs a map { envelope, body }')
     const { envelope: rawEnvelope, body: rawBody, ...rest } = payload
     if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown submit fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
-    const envelope: Envelope = parseEnvelope(rawEnvelope)
-    const body = parseBody(rawBody, this.limits.maxBodyBytes)
+    const checked = checkEnvelope(rawEnvelope)
+    const envelope: Envelope = checked.envelope
+    const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload
     const served = this.served.get(p.to)?.get(p.skill)
     if (served == null) throw new NoProviderError(`Agent ${p.to} does not serve ${p.skill} on this node`)
 
-    const { chain, capability, bodyCid } = await verifyEnvelope(envelope, body, {
+    const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
+    const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
       self: p.to,
       replayCache: this.replay,
       clockSkew: this.clockSkew,
@@ -1033,7 +1044,11 @@ class DefaultTaskService implements TaskService {
       outer?.throwIfAborted()
       const target = peer ?? candidates[index]
       const controller = new AbortController()
-      const signal = outer != null ? AbortSignal.any([outer, controller.signal]) : controller.signal
+      // the caller's signal aborts this attempt too (linked by hand: AbortSignal.any is costly per call)
+      const onOuter = (): void => { controller.abort(outer?.reason) }
+      outer?.addEventListener('abort', onOuter, { once: true })
+      if (outer?.aborted === true) onOuter()
+      const signal = controller.signal
       let lapsed = false
       let timer: ReturnType<typeof setTimeout> | undefined
       const arm = (): void => {
@@ -1074,6 +1089,7 @@ class DefaultTaskService implements TaskService {
       } finally {
         clearTimeout(timer)
         if (source != null) await source.return(undefined).catch(() => {})
+        outer?.removeEventListener('abort', onOuter)
       }
       if (outer?.aborted === true) throw outer.reason
       const err = fromRemote(failure) as { code?: string } | undefined

@@ -235,13 +235,29 @@ export class TaskStore {
     this.prefix = prefix
   }
 
+  /** Keys of recently used tasks and idempotency keys (a task is read and written a few times in a row) */
+  private readonly keys = new Map<string, Key>()
+
+  private remembered (id: string, make: () => Key): Key {
+    let k = this.keys.get(id)
+    if (k == null) {
+      k = make()
+      if (this.keys.size >= 256) this.keys.delete(this.keys.keys().next().value as string)
+      this.keys.set(id, k)
+    }
+    return k
+  }
+
   private taskKey (agent: Did, id: string): Key {
-    return new Key(`${this.prefix}/tasks/${agentSegment(agent)}/${taskSegment(id)}`)
+    return this.remembered(`t\n${agent}\n${id}`, () => new Key(`${this.prefix}/tasks/${agentSegment(agent)}/${taskSegment(id)}`))
   }
 
   private async idemKey (agent: Did, owner: Did, key: string): Promise<Key> {
+    const id = `i\n${agent}\n${owner}\n${key}`
+    const known = this.keys.get(id)
+    if (known != null) return known
     const digest = await sha256.digest(new TextEncoder().encode(`${owner}\n${key}`))
-    return new Key(`${this.prefix}/task-keys/${agentSegment(agent)}/${uint8ToString(digest.digest, 'base16')}`)
+    return this.remembered(id, () => new Key(`${this.prefix}/task-keys/${agentSegment(agent)}/${uint8ToString(digest.digest, 'base16')}`))
   }
 
   async put (record: TaskRecord, options?: { signal?: AbortSignal }): Promise<void> {
@@ -251,9 +267,12 @@ export class TaskStore {
   }
 
   async get (agent: Did, id: string, options?: { signal?: AbortSignal }): Promise<TaskRecord | undefined> {
+    const key = this.taskKey(agent, id)
+    // the common case (a new task) without a NotFoundError
+    if (!await this.ds.has(key, options)) return undefined
     let bytes: Uint8Array
     try {
-      bytes = await this.ds.get(this.taskKey(agent, id), options)
+      bytes = await this.ds.get(key, options)
     } catch (err: any) {
       if (err?.name === 'NotFoundError' || err?.code === 'ERR_NOT_FOUND') return undefined
       throw err
@@ -267,7 +286,9 @@ export class TaskStore {
 
   async getIdempotent (agent: Did, owner: Did, key: string, options?: { signal?: AbortSignal }): Promise<string | undefined> {
     try {
-      const bytes = await this.ds.get(await this.idemKey(agent, owner, key), options)
+      const k = await this.idemKey(agent, owner, key)
+      if (!await this.ds.has(k, options)) return undefined
+      const bytes = await this.ds.get(k, options)
       const v = dagCbor.decode<{ task?: unknown }>(bytes)
       return typeof v?.task === 'string' ? v.task : undefined
     } catch (err: any) {

@@ -143,7 +143,8 @@ describe('RevocationStore', () => {
     await datastore.put(new Key('/ioa/revocations/garbage'), new Uint8Array([1, 2, 3]))
     // a valid record under another record's key
     const other = await createRevocation(user, chain[0], { at: T0 })
-    await datastore.put(new Key(`/ioa/revocations/${revCid.slice(0, -1)}a`), encodeRevocation(other))
+    // a key next to the real one (never equal to it, whatever its last character)
+    await datastore.put(new Key(`/ioa/revocations/${revCid.slice(0, -1)}${revCid.endsWith("a") ? "b" : "a"}`), encodeRevocation(other))
     const bad = { payload: other.payload, sig: rev.sig }
     await datastore.put(new Key('/ioa/revocations/badsig'), dagCbor.encode(bad))
     const store = await RevocationStore.open(datastore)

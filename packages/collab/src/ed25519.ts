@@ -1,0 +1,81 @@
+/**
+ * Ed25519 with parsed keys kept. `@libp2p/crypto` imports a key (JWK to a
+ * native key object) on every `sign` and `verify`, about a third of the cost
+ * of a verification; on Node.js the native key objects are made once per key
+ * here and reused. Elsewhere (or until `node:crypto` has loaded) the calls go
+ * to `@libp2p/crypto` as before. Signatures and results are the same either
+ * way (Ed25519 is deterministic).
+ */
+import type { Identity } from '@ioa/interconnect'
+import type { PrivateKey, PublicKey } from '@libp2p/interface'
+import type * as NodeCryptoModule from 'node:crypto'
+import type { KeyObject } from 'node:crypto'
+
+type NodeCrypto = typeof NodeCryptoModule
+
+let nodeCrypto: NodeCrypto | null | undefined
+
+function fast (): NodeCrypto | undefined {
+  if (nodeCrypto === undefined) {
+    nodeCrypto = null
+    // not in a browser: the first calls take the portable path meanwhile
+    if (typeof process !== 'undefined' && process.versions?.node != null) {
+      import('node:crypto').then(m => { nodeCrypto = m }, () => {})
+    }
+  }
+  return nodeCrypto ?? undefined
+}
+
+const MAX_KEYS = 4096
+const publicKeys = new Map<string, KeyObject>()
+const privateKeys = new WeakMap<PrivateKey, KeyObject>()
+
+function b64url (bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64url')
+}
+
+/**
+ * Verify an Ed25519 signature with a public key (by `did`, for the cache);
+ * false for a bad signature or key, never throws
+ */
+export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
+  const c = fast()
+  if (c == null || key.type !== 'Ed25519' || key.raw.byteLength !== 32 || sig.byteLength !== 64) {
+    try {
+      return await key.verify(data, sig)
+    } catch {
+      return false
+    }
+  }
+  try {
+    let obj = publicKeys.get(did)
+    if (obj == null) {
+      obj = c.createPublicKey({ format: 'jwk', key: { crv: 'Ed25519', x: b64url(key.raw), kty: 'OKP' } })
+      if (publicKeys.size >= MAX_KEYS) publicKeys.delete(publicKeys.keys().next().value as string)
+      publicKeys.set(did, obj)
+    }
+    return c.verify(null, data, obj, sig)
+  } catch {
+    return false
+  }
+}
+
+/** Sign with an identity: with its kept native key when it is a plain Ed25519 key identity, else by `identity.sign` */
+export async function signWith (identity: Identity, data: Uint8Array): Promise<Uint8Array> {
+  const c = fast()
+  const priv = (identity as { privateKey?: PrivateKey }).privateKey
+  if (c == null || priv == null || priv.type !== 'Ed25519' || priv.raw?.byteLength !== 64 ||
+    !priv.publicKey.equals(identity.publicKey)) {
+    return identity.sign(data)
+  }
+  let obj = privateKeys.get(priv)
+  if (obj == null) {
+    const raw = priv.raw
+    obj = c.createPrivateKey({
+      format: 'jwk',
+      key: { crv: 'Ed25519', d: b64url(raw.subarray(0, 32)), x: b64url(raw.subarray(32)), kty: 'OKP' }
+    })
+    privateKeys.set(priv, obj)
+  }
+  return new Uint8Array(c.sign(null, data, obj))
+}

@@ -14,7 +14,8 @@
  * Normative description: `spec/collab-orchestration.md`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { CanceledError, StreamClosedError } from '@ioa/transport'
+import { setMaxListeners } from 'node:events'
+import { AsyncQueue, CanceledError, StreamClosedError } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { base64url } from 'multiformats/bases/base64'
@@ -292,34 +293,14 @@ export async function subtaskId (runId: string, stepId: string, slot: number, ge
   return text.length <= 128 ? text : await hashedId(text)
 }
 
-/** A small FIFO of events with one reader */
-class Channel<T> {
-  private readonly items: T[] = []
-  private wake?: () => void
-  private closed = false
-
-  push (item: T): void {
-    if (this.closed) return
-    this.items.push(item)
-    this.wake?.()
-  }
-
-  close (): void {
-    this.closed = true
-    this.wake?.()
-  }
-
-  async * [Symbol.asyncIterator] (): AsyncGenerator<T> {
-    while (true) {
-      if (this.items.length > 0) {
-        yield this.items.shift() as T
-        continue
-      }
-      if (this.closed) return
-      await new Promise<void>(resolve => { this.wake = resolve })
-      this.wake = undefined
-    }
-  }
+/**
+ * The run's controller: every running step and subtask listens to its
+ * signal, legitimately more than Node's default warning threshold of 10
+ */
+function runController (): AbortController {
+  const controller = new AbortController()
+  setMaxListeners(Infinity, controller.signal)
+  return controller
 }
 
 class Semaphore {
@@ -372,7 +353,7 @@ interface Run {
   proofs: Token[]
   chain?: VerifiedChain
   controller: AbortController
-  events: Channel<OrchestratorEvent>
+  events: AsyncQueue<OrchestratorEvent>
   semaphore: Semaphore
   tokens: Map<string, Promise<{ token: Token, cid: string }>>
   /** provider lookups of this run, by capability */
@@ -556,8 +537,8 @@ class DefaultOrchestrator implements Orchestrator {
       steps,
       results,
       proofs: record.proofs,
-      controller: new AbortController(),
-      events: new Channel(),
+      controller: runController(),
+      events: new AsyncQueue(),
       semaphore: new Semaphore(this.concurrency),
       tokens: new Map(),
       discovered: new Map(),

@@ -5,7 +5,7 @@
  * Normative description: `spec/collab-delegation.md`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { didToPublicKey, isCapability } from '@ioa/interconnect'
+import { didToPublicKey, domainSeparated, isCapability } from '@ioa/interconnect'
 import { randomBytes } from '@libp2p/crypto'
 import { base64url } from 'multiformats/bases/base64'
 import { CID } from 'multiformats/cid'
@@ -349,10 +349,7 @@ function tokenBytes (sig: Uint8Array, body: Uint8Array): Uint8Array {
 }
 
 function withPrefix (body: Uint8Array): Uint8Array {
-  const out = new Uint8Array(SIG_PREFIX_BYTES.length + body.length)
-  out.set(SIG_PREFIX_BYTES)
-  out.set(body, SIG_PREFIX_BYTES.length)
-  return out
+  return domainSeparated(SIG_PREFIX_BYTES, body)
 }
 
 /**

@@ -8,7 +8,7 @@
  * ```
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { isCapability } from '@ioa/interconnect'
+import { domainSeparated, isCapability } from '@ioa/interconnect'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
@@ -120,10 +120,7 @@ export async function bodyCidOfBytes (bytes: Uint8Array): Promise<string> {
 }
 
 function withPrefix (body: Uint8Array): Uint8Array {
-  const out = new Uint8Array(PREFIX_BYTES.length + body.length)
-  out.set(PREFIX_BYTES)
-  out.set(body, PREFIX_BYTES.length)
-  return out
+  return domainSeparated(PREFIX_BYTES, body)
 }
 
 /** The bytes an envelope signature covers */

@@ -5,7 +5,7 @@
  * Also the signed approval record. Formats: `spec/collab-tasks.md`, sections 3–4.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { isDid, verifyByDid } from '@ioa/interconnect'
+import { domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
 import {
   ApprovalRequiredError, InvalidEnvelopeError, InvalidSignatureError, UnauthorizedError
 } from './errors.js'
@@ -265,11 +265,7 @@ export interface Approval {
 export const DEFAULT_APPROVAL_TTL = 600_000
 
 export function approvalSigningBytes (payload: ApprovalPayload): Uint8Array {
-  const body = dagCbor.encode(payload)
-  const out = new Uint8Array(APPROVAL_PREFIX_BYTES.length + body.length)
-  out.set(APPROVAL_PREFIX_BYTES)
-  out.set(body, APPROVAL_PREFIX_BYTES.length)
-  return out
+  return domainSeparated(APPROVAL_PREFIX_BYTES, dagCbor.encode(payload))
 }
 
 /**

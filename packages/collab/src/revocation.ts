@@ -5,7 +5,7 @@
  * Normative description: `spec/collab-delegation.md`, sections 7 and 8.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { RateLimitedError, isDid, verifyByDid } from '@ioa/interconnect'
+import { RateLimitedError, domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
 import { Key } from 'interface-datastore'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
@@ -98,11 +98,7 @@ export function parseRevocation (value: unknown): Revocation {
 
 /** The bytes a revocation signature covers: `ioa:revoke:v1\n` || DAG-CBOR(payload) */
 export function revocationSigningBytes (payload: RevocationPayload): Uint8Array {
-  const body = dagCbor.encode(payload)
-  const out = new Uint8Array(SIG_PREFIX_BYTES.length + body.length)
-  out.set(SIG_PREFIX_BYTES)
-  out.set(body, SIG_PREFIX_BYTES.length)
-  return out
+  return domainSeparated(SIG_PREFIX_BYTES, dagCbor.encode(payload))
 }
 
 /** DAG-CBOR `{ payload, sig }`, at most 1 KiB */

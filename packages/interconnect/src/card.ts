@@ -7,7 +7,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { z } from 'zod'
 import { assertCapability } from './capability.js'
 import { CardBindingError, ExpiredCardError, InvalidCardError, InvalidSignatureError } from './errors.js'
-import { isDid, verifyByDid } from './identity.js'
+import { domainSeparated, isDid, verifyByDid } from './identity.js'
 import type { Did, Identity } from './identity.js'
 
 /** Card format version */
@@ -139,11 +139,7 @@ function stripUndefined<T> (value: T): T {
  * canonical)
  */
 export function cardSigningBytes (card: AgentCard): Uint8Array {
-  const body = dagCbor.encode(card)
-  const out = new Uint8Array(CARD_SIG_PREFIX.length + body.length)
-  out.set(CARD_SIG_PREFIX)
-  out.set(body, CARD_SIG_PREFIX.length)
-  return out
+  return domainSeparated(CARD_SIG_PREFIX, dagCbor.encode(card))
 }
 
 /**

@@ -172,3 +172,15 @@ export class KeyStore {
     await this.datastore.delete(this.key(name))
   }
 }
+
+/**
+ * The bytes a signature covers: a domain-separation prefix (such as
+ * `ioa:card:v1\n`) followed by the encoded payload, so a signature made for
+ * one kind of record can never be replayed as another
+ */
+export function domainSeparated (prefix: Uint8Array, body: Uint8Array): Uint8Array {
+  const out = new Uint8Array(prefix.length + body.length)
+  out.set(prefix)
+  out.set(body, prefix.length)
+  return out
+}

@@ -14,7 +14,7 @@ export type {
   DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
 } from './interconnect.js'
 export {
-  publicKeyToDid, didToPublicKey, isDid, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
+  publicKeyToDid, didToPublicKey, isDid, domainSeparated, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
 } from './identity.js'
 export type { Did, Identity } from './identity.js'
 export {

@@ -11,6 +11,7 @@
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { MemoryDatastore } from 'datastore-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { rejectionOf, until as poll } from '../../../test/util.js'
 import { startNetwork } from '../../../test/harness/index.js'
 import { delegate, tokenCid } from '../src/delegation.js'
 import { createOrchestrator } from '../src/orchestrator.js'
@@ -28,23 +29,11 @@ import type { HostedAgent, Identity, Interconnect, Ranker } from '@ioa/interconn
 
 const LEASE = 200
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
+/** Poll every 100 ms, for up to 30 s unless told otherwise */
 async function until<T> (fn: () => Promise<T | undefined> | T | undefined, timeout = 30_000, what = 'condition'): Promise<T> {
-  const start = Date.now()
-  while (true) {
-    const v = await fn()
-    if (v !== undefined) return v
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(100)
-  }
+  return poll(fn, { timeout, interval: 100, what })
 }
 
-async function failure (p: Promise<unknown>): Promise<any> {
-  const err = await p.then(() => undefined, (e: unknown) => e)
-  expect(err, 'expected an error').toBeDefined()
-  return err
-}
 
 function ofType<T extends OrchestratorEvent['type']> (events: OrchestratorEvent[], type: T): Array<Extract<OrchestratorEvent, { type: T }>> {
   return events.filter((e): e is Extract<OrchestratorEvent, { type: T }> => e.type === type)
@@ -239,7 +228,7 @@ describe('car scenario: "book me a hotel for tonight" across six TCP nodes', () 
 
   it('refuses a payment above the driver\'s cap: POLICY_DENIED', async () => {
     payments.length = 0
-    const err = await failure(orchestrator.runToCompletion(goal({ luxury: true }), { proofs: [carToken] }))
+    const err = await rejectionOf(orchestrator.runToCompletion(goal({ luxury: true }), { proofs: [carToken] }))
     expect(err.code).toBe('POLICY_DENIED')
     expect(err.stepId).toBe('pay')
     expect(err.run.steps.book.result).toMatchObject({ amount: 450 })
@@ -255,7 +244,7 @@ describe('car scenario: "book me a hotel for tonight" across six TCP nodes', () 
       attenuate: ({ proposed }) => ({ ...proposed, constraints: { ...proposed.constraints, maxAmount: 500 } })
     })
     const events: OrchestratorEvent[] = []
-    const err = await failure(greedy.runToCompletion({
+    const err = await rejectionOf(greedy.runToCompletion({
       id: 'greedy',
       goal: { intent: 'pay', input: {} },
       steps: [{ id: 'pay', capability: 'payment.pay', input: { amount: 250, currency: 'EUR' }, dependsOn: [] }]
@@ -278,7 +267,7 @@ describe('car scenario: "book me a hotel for tonight" across six TCP nodes', () 
       proofs: [carToken]
     })
     // hotel B got hold of it and presents it in its own request
-    const err = await failure(services[3].submitAndWait(hotelB.did, payment.did, {
+    const err = await rejectionOf(services[3].submitAndWait(hotelB.did, payment.did, {
       skill: 'payment.pay', input: { amount: 90, currency: 'EUR', reference: 'manual' }, proofs: [invocation, carToken]
     }))
     expect(err.code).toBe('UNAUTHORIZED')
@@ -300,7 +289,7 @@ describe('car scenario: "book me a hotel for tonight" across six TCP nodes', () 
     await until(() => paymentStore.isRevoked(cid, [driver.did]) ? true : undefined, 10_000, 'revocation reached the payment agent')
 
     const events: OrchestratorEvent[] = []
-    const err = await failure(orchestrator.runToCompletion(goal(), { proofs: [carToken], onEvent: e => events.push(e) }))
+    const err = await rejectionOf(orchestrator.runToCompletion(goal(), { proofs: [carToken], onEvent: e => events.push(e) }))
     expect(err.name).toBe('RevokedError')
     expect(err.code).toBe('REVOKED')
     expect(err.stepId).toBe('pay')

@@ -17,6 +17,7 @@ import { createTransportNode } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { delay, rejectionOf, until as poll } from '../../../test/util.js'
 import { delegate } from '../src/delegation.js'
 import { createOrchestrator } from '../src/orchestrator.js'
 import { declarativePlanner } from '../src/planners/index.js'
@@ -32,31 +33,12 @@ import type { Datastore } from 'interface-datastore'
 const LEASE = 200
 const COLLAB = fileURLToPath(new URL('..', import.meta.url))
 
-const delay = async (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
-
+/** Poll every 100 ms, for up to 30 s unless told otherwise */
 async function until<T> (fn: () => Promise<T | undefined> | T | undefined, timeout = 30_000, what = 'condition'): Promise<T> {
-  const start = Date.now()
-  while (true) {
-    const v = await fn()
-    if (v !== undefined) return v
-    if (Date.now() - start > timeout) throw new Error(`${what} not met within ${timeout} ms`)
-    await delay(100)
-  }
+  return poll(fn, { timeout, interval: 100, what })
 }
 
-async function waitAbort (signal: AbortSignal, ms: number): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    if (signal.aborted) { reject(signal.reason); return }
-    const t = setTimeout(resolve, ms)
-    signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason) }, { once: true })
-  })
-}
 
-async function failure (p: Promise<unknown>): Promise<any> {
-  const err = await p.then(() => undefined, (e: unknown) => e)
-  expect(err, 'expected an error').toBeDefined()
-  return err
-}
 
 function routingTableSize (node: TransportNode): number {
   const dht = node.services.dht as unknown as { routingTable?: { size?: number } }
@@ -167,7 +149,7 @@ describe('orchestrator over TCP', () => {
       const ms = input?.delays?.[name] ?? 0
       if (ms > 0) {
         try {
-          await waitAbort(ctx.signal, ms)
+          await delay(ms, ctx.signal)
         } catch (err) {
           slowSignals.push(ctx.signal)
           throw err
@@ -190,12 +172,12 @@ describe('orchestrator over TCP', () => {
       return { one: ++counters.one }
     })
     await b.ts.serve(workerB.did, 'test.slowcount', async (_input, ctx) => {
-      await waitAbort(ctx.signal, 1_500)
+      await delay(1_500, ctx.signal)
       return { two: ++counters.two }
     })
     await b.ts.serve(workerB.did, 'test.slow', async (input: any, ctx) => {
       try {
-        await waitAbort(ctx.signal, input?.ms ?? 30_000)
+        await delay(input?.ms ?? 30_000, ctx.signal)
       } catch (err) {
         slowSignals.push(ctx.signal)
         throw err
@@ -270,10 +252,10 @@ describe('orchestrator over TCP', () => {
   it('refuses a run whose proofs do not cover a step, and a duplicate run id', async () => {
     const narrow = await delegate(user, { audience: orch.did, capabilities: [{ skill: 'test.add' }], expiresAt: Date.now() + 60_000 })
     const p = plan('narrow', [{ id: 'v', capability: 'test.vote', input: {}, dependsOn: [] }])
-    expect((await failure(orchestrator.runToCompletion(p, { proofs: [narrow] }))).code).toBe('UNAUTHORIZED')
+    expect((await rejectionOf(orchestrator.runToCompletion(p, { proofs: [narrow] }))).code).toBe('UNAUTHORIZED')
     const ok = plan('dup', [{ id: 's', capability: 'test.add', input: { a: 1, b: 1 }, dependsOn: [] }])
     await orchestrator.runToCompletion(ok, { proofs: [userToken], runId: 'dup-run' })
-    expect((await failure(orchestrator.runToCompletion(ok, { proofs: [userToken], runId: 'dup-run' }))).code).toBe('DUPLICATE_RUN')
+    expect((await rejectionOf(orchestrator.runToCompletion(ok, { proofs: [userToken], runId: 'dup-run' }))).code).toBe('DUPLICATE_RUN')
   })
 
   it('fans out: all answers, the first answer (the others are canceled), a quorum of equal answers', async () => {
@@ -301,7 +283,7 @@ describe('orchestrator over TCP', () => {
     expect(quorum.result).toBe('x')
     expect([...quorum.steps.v.providers].sort()).toEqual([workerA.did, workerB.did].sort())
 
-    const none = await failure(orchestrator.runToCompletion(plan('fan-noquorum', [
+    const none = await rejectionOf(orchestrator.runToCompletion(plan('fan-noquorum', [
       { id: 'v', capability: 'test.vote', input: {}, dependsOn: [], fanout: { mode: 'quorum', count: 3, quorum: 2 } }
     ]), { proofs: [userToken] }))
     expect(none.code).toBe('STEP_FAILED')
@@ -322,7 +304,7 @@ describe('orchestrator over TCP', () => {
     expect(new Set(out.steps.f.taskIds).size).toBe(3)
 
     // more failures than retries: the step fails, its last error named
-    const err = await failure(orchestrator.runToCompletion(plan('flaky2', [
+    const err = await rejectionOf(orchestrator.runToCompletion(plan('flaky2', [
       { id: 'f', capability: 'test.flaky', input: { key: 'k2', failures: 5 }, dependsOn: [] }
     ]), { proofs: [userToken] }))
     expect(err.code).toBe('STEP_FAILED')
@@ -334,7 +316,7 @@ describe('orchestrator over TCP', () => {
   it('a fatal failure (POLICY_DENIED) fails the run at once and cancels its running siblings', async () => {
     slowSignals.length = 0
     const events: OrchestratorEvent[] = []
-    const err = await failure(orchestrator.runToCompletion(plan('fatal', [
+    const err = await rejectionOf(orchestrator.runToCompletion(plan('fatal', [
       { id: 'slow', capability: 'test.slow', input: { ms: 30_000 }, dependsOn: [] },
       { id: 'bad', capability: 'test.fail', input: {}, dependsOn: [] },
       { id: 'after', capability: 'test.add', input: { a: 1, b: 2 }, dependsOn: ['slow'] }
@@ -366,7 +348,7 @@ describe('orchestrator over TCP', () => {
     slowSignals.length = 0
     const events: OrchestratorEvent[] = []
     const started = Date.now()
-    const err = await failure(orchestrator.runToCompletion(plan('deadline', [
+    const err = await rejectionOf(orchestrator.runToCompletion(plan('deadline', [
       { id: 'slow', capability: 'test.slow', input: { ms: 30_000 }, dependsOn: [] }
     ]), { proofs: [userToken], deadline: Date.now() + 1_000, onEvent: e => events.push(e) }))
     expect(err.name).toBe('DeadlineExceededError')
@@ -384,7 +366,7 @@ describe('orchestrator over TCP', () => {
     slowSignals.length = 0
     const controller = new AbortController()
     const events: OrchestratorEvent[] = []
-    const p = failure(orchestrator.runToCompletion(plan('cancel', [
+    const p = rejectionOf(orchestrator.runToCompletion(plan('cancel', [
       { id: 'slow', capability: 'test.slow', input: { ms: 30_000 }, dependsOn: [] }
     ]), {
       proofs: [userToken],
@@ -413,13 +395,13 @@ describe('orchestrator over TCP', () => {
     for (const s of seen) expect(s).toMatchObject({ root: user.did, depth: 3, caller: planner.did })
 
     // the agent refuses sub-goals deeper than its limit (INVALID_PLAN: fatal)
-    const err = await failure(orchestrator.runToCompletion(plan('hier-deep', [
+    const err = await rejectionOf(orchestrator.runToCompletion(plan('hier-deep', [
       { id: 'g', capability: 'test.shallow', input: {}, dependsOn: [], goal: { intent: 'add twice', input: { x: 1 } } }
     ]), { proofs: [userToken] }))
     expect(err.code).toBe('INVALID_PLAN')
     // and this orchestrator does not delegate beyond its own
     const flat = createOrchestrator({ ic: o.ic, tasks: o.ts, agent: orch, maxDepth: 0 })
-    const err2 = await failure(flat.runToCompletion(plan('hier-flat', [
+    const err2 = await rejectionOf(flat.runToCompletion(plan('hier-flat', [
       { id: 'g', capability: 'test.plan', input: {}, dependsOn: [], goal: { intent: 'add twice', input: { x: 1 } } }
     ]), { proofs: [userToken] }))
     expect(err2.code).toBe('INVALID_PLAN')
@@ -435,7 +417,7 @@ describe('orchestrator over TCP', () => {
       const agent = await p.ic.host({ key, name: key, skills: [{ id: 'test.work' }] })
       await p.ts.serve(agent.did, 'test.work', async (_input, ctx) => {
         started.push(key)
-        await waitAbort(ctx.signal, 1_500)
+        await delay(1_500, ctx.signal)
         effects++
         return { by: key }
       })
@@ -513,7 +495,7 @@ describe('orchestrator over TCP', () => {
     const again = await orch2.resumeToCompletion('crash-run')
     expect(again.state).toBe('completed')
     await orch2.stop()
-    expect((await failure(orch2.resumeToCompletion('nope'))).code).toBe('STOPPED')
+    expect((await rejectionOf(orch2.resumeToCompletion('nope'))).code).toBe('STOPPED')
   })
 
   it('resumes from LevelDB a run whose orchestrator process was killed with SIGKILL', async () => {

@@ -6,6 +6,7 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { RateLimitedError, domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
+import { TokenBuckets } from '@ioa/transport'
 import { Key } from 'interface-datastore'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
@@ -354,28 +355,6 @@ export interface RevocationService {
   stop(): Promise<void>
 }
 
-/** Token buckets per peer, bounded in number */
-class RateLimiter {
-  private readonly buckets = new Map<string, { tokens: number, at: number }>()
-
-  constructor (private readonly requests: number, private readonly per: number, private readonly max: number) {}
-
-  take (peer: string, now = Date.now()): boolean {
-    const b = this.buckets.get(peer)
-    let tokens = this.requests
-    if (b != null) {
-      tokens = Math.min(this.requests, b.tokens + (now - b.at) * this.requests / this.per)
-      this.buckets.delete(peer)
-    }
-    const allowed = tokens >= 1
-    this.buckets.set(peer, { tokens: allowed ? tokens - 1 : tokens, at: now })
-    while (this.buckets.size > this.max) {
-      this.buckets.delete(this.buckets.keys().next().value as string)
-    }
-    return allowed
-  }
-}
-
 function positive (name: string, value: number): number {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
     throw new TypeError(`${name} must be a positive number, got ${String(value)}`)
@@ -392,7 +371,7 @@ function positive (name: string, value: number): number {
  */
 export async function createRevocationService (node: TransportNode, store: RevocationStore, init: RevocationServiceInit = {}): Promise<RevocationService> {
   const rate = init.rateLimit ?? { requests: 100, per: 60_000 }
-  const limiter = new RateLimiter(
+  const limiter = new TokenBuckets(
     positive('rateLimit.requests', rate.requests),
     positive('rateLimit.per', rate.per),
     Math.floor(positive('maxTrackedPeers', init.maxTrackedPeers ?? 10_000))

@@ -20,6 +20,7 @@
  * Several gateways of one domain serve the same agents (the agents' cards list
  * all of them), so callers fail over from one to the next.
  */
+import { TokenBuckets } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { assertCapability, capabilityMatches, capabilityPrefixes } from './capability.js'
 import { verifyCard } from './card.js'
@@ -157,30 +158,6 @@ async function mapLimit<T> (items: T[], limit: number, fn: (item: T) => Promise<
   await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker))
 }
 
-/** Token buckets per caller, bounded in number */
-class RateLimiter {
-  private readonly buckets = new Map<string, { tokens: number, at: number }>()
-
-  constructor (private readonly requests: number, private readonly per: number, private readonly max: number) {}
-
-  take (caller: string, now = Date.now()): boolean {
-    const b = this.buckets.get(caller)
-    let tokens = this.requests
-    if (b != null) {
-      tokens = Math.min(this.requests, b.tokens + (now - b.at) * this.requests / this.per)
-      // re-insert: the map's order is least recently seen first
-      this.buckets.delete(caller)
-    }
-    const allowed = tokens >= 1
-    this.buckets.set(caller, { tokens: allowed ? tokens - 1 : tokens, at: now })
-    while (this.buckets.size > this.max) {
-      const oldest = this.buckets.keys().next().value as string
-      this.buckets.delete(oldest)
-    }
-    return allowed
-  }
-}
-
 class DefaultGateway implements Gateway {
   readonly domain: string
   private readonly inner: Interconnect
@@ -190,7 +167,7 @@ class DefaultGateway implements Gateway {
   private readonly lookupTimeout: number
   private readonly forwardTimeout: number
   private readonly innerCapabilities: string[]
-  private readonly limiter: RateLimiter
+  private readonly limiter: TokenBuckets
   private readonly self: string
   /** Export cards by agent id */
   private cards = new Map<Did, SignedCard>()
@@ -230,7 +207,7 @@ class DefaultGateway implements Gateway {
     this.lookupTimeout = positive('innerLookupTimeout', init.innerLookupTimeout ?? 5_000)
     this.forwardTimeout = positive('forwardTimeout', init.forwardTimeout ?? 10_000)
     this.innerCapabilities = [...(init.innerCapabilities ?? [])]
-    this.limiter = new RateLimiter(
+    this.limiter = new TokenBuckets(
       positive('rateLimit.requests', rate.requests),
       positive('rateLimit.per', rate.per),
       positive('maxCallers', init.maxCallers ?? 10_000)

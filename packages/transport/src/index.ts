@@ -32,3 +32,4 @@ export {
 } from './errors.js'
 export { openDatastore } from './node.js'
 export { AsyncQueue } from './async-queue.js'
+export { TokenBuckets } from './rate-limit.js'

@@ -15,7 +15,8 @@
  *   a skill that is not exported is never seen outside;
  * - forwards outside messages for exported agents over the inner network
  *   after checking the export policy (the invoked skill and the caller's
- *   domain) and the caller's rate.
+ *   domain) and the caller's rate (`admit`, which relays of other protocols,
+ *   such as the task relay of `@ioa/collab`, call as well).
  *
  * Several gateways of one domain serve the same agents (the agents' cards list
  * all of them), so callers fail over from one to the next.
@@ -122,10 +123,34 @@ export interface GatewayStats {
   lastRefresh: number
 }
 
+/** Who asks a gateway to pass a call on */
+export interface GatewayCaller {
+  /** The calling libp2p peer (authenticated by the connection); its rate is charged */
+  peer: string
+  /**
+   * The caller's domain, from a card that verified and is bound to `peer`;
+   * undefined for a caller without one (only rules open to every domain
+   * admit it)
+   */
+  domain?: string
+}
+
 export interface Gateway {
   readonly domain: string
   /** The export cards served outside now */
   exported(): SignedCard[]
+  /** Is the agent exported by this gateway now (it has an export card)? */
+  isExportedAgent(did: Did): boolean
+  /**
+   * The export policy and rate check of one call from outside to an exported
+   * agent, counted in `stats()`. Throws `NotExportedError` when the agent is
+   * not exported, the skill is absent or not offered on its export card, or
+   * no rule exports it to the caller's domain; `RateLimitedError` when the
+   * calling peer is over its rate (a token is taken otherwise). Route
+   * messages go through it; other relays (tasks) call it before passing a
+   * call on.
+   */
+  admit(to: Did, skill: string | undefined, caller: GatewayCaller): void
   /** Look for the domain's agents now and renew export cards and announcements */
   refresh(): Promise<void>
   stats(): GatewayStats
@@ -279,30 +304,41 @@ class DefaultGateway implements Gateway {
     return out
   }
 
-  // ---- forwarding ---------------------------------------------------------
+  isExportedAgent (did: Did): boolean {
+    return !this.stopped && this.cards.has(did)
+  }
 
-  private readonly forward: Forwarder = async (msg, ctx) => {
-    if (this.stopped) return undefined
-    const signed = this.cards.get(msg.to)
-    if (signed == null) return undefined
-
-    // the caller: its peer is authenticated by the connection; its domain comes
-    // from its card, which the interconnect verified and bound to that peer
-    const callerDomain = msg.fromCard?.domain
-    if (msg.skill == null) {
+  admit (to: Did, skill: string | undefined, caller: GatewayCaller): void {
+    const signed = this.stopped ? undefined : this.cards.get(to)
+    if (signed == null) {
       this.counters.notExported++
-      throw new NotExportedError('A message through a gateway must name the skill it invokes')
+      throw new NotExportedError(`Agent ${String(to).slice(0, 80)} is not exported by this gateway`)
     }
-    const skill = msg.skill
+    if (typeof skill !== 'string') {
+      this.counters.notExported++
+      throw new NotExportedError('A call through a gateway must name the skill it invokes')
+    }
+    const callerDomain = caller.domain
     const offered = signed.card.skills.some(s => capabilityMatches(s.id, skill))
     if (!offered || !this.allows(skill, callerDomain)) {
       this.counters.notExported++
-      throw new NotExportedError(`Skill ${skill} of ${msg.to} is not exported to ${callerDomain != null ? `domain ${callerDomain}` : 'callers without a card'}`)
+      throw new NotExportedError(`Skill ${skill.slice(0, 80)} of ${to} is not exported to ${callerDomain != null ? `domain ${callerDomain}` : 'callers without a card'}`)
     }
-    if (!this.limiter.take(msg.peer)) {
+    if (!this.limiter.take(caller.peer)) {
       this.counters.rateLimited++
-      throw new RateLimitedError(`Peer ${msg.peer} exceeded the gateway's rate limit`)
+      throw new RateLimitedError(`Peer ${caller.peer} exceeded the gateway's rate limit`)
     }
+  }
+
+  // ---- forwarding ---------------------------------------------------------
+
+  private readonly forward: Forwarder = async (msg, ctx) => {
+    // an agent this gateway does not export: decline (AGENT_NOT_HERE)
+    if (!this.isExportedAgent(msg.to)) return undefined
+    // the caller: its peer is authenticated by the connection; its domain comes
+    // from its card, which the interconnect verified and bound to that peer
+    this.admit(msg.to, msg.skill, { peer: msg.peer, domain: msg.fromCard?.domain })
+    const skill = msg.skill as string
     try {
       const body = await this.inner.send(msg.to, msg.body, { skill, timeout: this.forwardTimeout, signal: ctx.signal })
       this.counters.forwarded++

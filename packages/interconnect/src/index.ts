@@ -35,4 +35,4 @@ export {
   fromRemote
 } from './errors.js'
 export { createGateway } from './gateway.js'
-export type { Gateway, GatewayInit, GatewayRateLimit, GatewayStats, ExportRule } from './gateway.js'
+export type { Gateway, GatewayCaller, GatewayInit, GatewayRateLimit, GatewayStats, ExportRule } from './gateway.js'

@@ -34,14 +34,63 @@ const AgentConfig = z.object({
   name: z.string().min(1).max(100),
   description: z.string().max(2000).optional(),
   domain: z.string().min(1).max(253).optional(),
-  skills: z.array(SkillConfig).min(1).max(32)
+  skills: z.array(SkillConfig).min(1).max(32),
+  /**
+   * A JavaScript module (path relative to the config file) whose default
+   * export builds the agent's skill handlers (see `AgentModule`)
+   */
+  module: z.string().min(1).optional(),
+  /**
+   * An external agent program (argv; relative paths are resolved from the
+   * config file's directory) speaking the local agent protocol on stdio
+   * (`spec/node-agents.md`)
+   */
+  command: z.array(z.string().min(1)).min(1).max(64).optional(),
+  /** Passed to the module (`ctx.options`) or, as JSON, to the program (`IOA_AGENT_OPTIONS`) */
+  options: z.record(z.string(), z.unknown()).optional()
+}).strict().refine(a => a.module == null || a.command == null, { message: 'an agent has a module or a command, not both', path: ['command'] })
+
+const DidString = z.string().regex(/^did:key:z[1-9A-HJ-NP-Za-km-z]+$/, 'a did:key identifier')
+const Multiaddr = z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')
+
+const TasksConfig = z.object({
+  /** Executor heartbeat interval in ms; a requester reports a lapse after 3× this @default 1_000 */
+  leaseInterval: z.number().int().min(50).max(20_000).optional(),
+  /** Accepted root principals of delegation chains @default any */
+  roots: z.array(DidString).max(256).optional(),
+  /** Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs @default false */
+  enforceConstraints: z.boolean().optional(),
+  /** Longest delegation chain @default 8 */
+  maxDepth: z.number().int().min(1).max(32).optional(),
+  /** Clock skew tolerated on token and envelope times, ms @default 30_000 */
+  clockSkew: z.number().int().min(0).max(600_000).optional()
+}).strict()
+
+const GatewayConfig = z.object({
+  /** The domain whose agents this gateway exports @default the node's domain */
+  domain: z.string().min(1).max(253).optional(),
+  /** Listen addresses of the gateway's node in the domain network @default ['/ip4/127.0.0.1/tcp/0'] */
+  listen: z.array(z.string().min(1)).max(16).optional(),
+  /** Peers of the domain network to join through @default [] */
+  bootstrap: z.array(Multiaddr).max(64).optional(),
+  /** What is exported; nothing is unless a rule covers it */
+  exports: z.array(z.object({
+    skill: z.string().min(1).max(128),
+    domains: z.array(z.string().min(1).max(253)).max(64).optional()
+  }).strict()).min(1).max(256),
+  /** Capability prefixes looked up in the domain for '*' rules @default [] */
+  innerCapabilities: z.array(z.string().min(1).max(128)).max(64).optional(),
+  /** Requests each outside peer may make per period @default { requests: 50, per: 1000 } */
+  rateLimit: z.object({ requests: z.number().int().positive(), per: z.number().int().positive() }).strict().optional(),
+  /** How often the domain's agents are looked up again, ms @default 30_000 */
+  refreshInterval: z.number().int().min(100).optional()
 }).strict()
 
 export const NodeConfigSchema = z.object({
   /** Addresses to listen on @default ['/ip4/127.0.0.1/tcp/0'] */
   listen: z.array(z.string().min(1)).max(16).optional(),
   /** Multiaddrs (with /p2p/…) of peers to join through @default [] */
-  bootstrap: z.array(z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')).max(64).optional(),
+  bootstrap: z.array(Multiaddr).max(64).optional(),
   /** Directory of the node's LevelDB state (keys, agents, journals); relative to the config file @default in memory */
   dataDir: z.string().min(1).optional(),
   /** Organisation of the hosted agents @default 'local' */
@@ -55,11 +104,17 @@ export const NodeConfigSchema = z.object({
     maxConnections: z.number().int().positive().optional()
   }).strict().optional(),
   /** DHT provider-record lifetime in ms @default 600_000 */
-  providerTtl: z.number().int().min(1000).optional()
+  providerTtl: z.number().int().min(1000).optional(),
+  /** Task service: leases, trusted roots, constraint enforcement */
+  tasks: TasksConfig.optional(),
+  /** Run a domain gateway: a second node in the domain network, exporting selected skills here */
+  gateway: GatewayConfig.optional()
 }).strict()
 
 export type NodeConfig = z.output<typeof NodeConfigSchema>
 export type AgentConfig = z.output<typeof AgentConfig>
+export type GatewayConfig = z.output<typeof GatewayConfig>
+export type TasksConfig = z.output<typeof TasksConfig>
 
 /**
  * Validate a configuration object. Throws `ConfigError` naming the first bad
@@ -95,9 +150,28 @@ export async function loadConfig (path: string): Promise<NodeConfig> {
   } catch (err: any) {
     throw new ConfigError(`Config file ${path} is not valid JSON: ${err?.message ?? err}`)
   }
-  const config = parseConfig(json)
-  if (config.dataDir != null) {
-    config.dataDir = resolve(dirname(path), config.dataDir)
+  return resolvePaths(parseConfig(json), dirname(resolve(path)))
+}
+
+/**
+ * Resolve the config's relative paths (data directory, agent modules and
+ * programs) against `baseDir`
+ */
+export function resolvePaths (config: NodeConfig, baseDir: string): NodeConfig {
+  const out: NodeConfig = { ...config }
+  if (out.dataDir != null) out.dataDir = resolve(baseDir, out.dataDir)
+  if (out.agents != null) {
+    out.agents = out.agents.map(a => ({
+      ...a,
+      ...(a.module != null ? { module: resolve(baseDir, a.module) } : {}),
+      ...(a.command != null ? { command: a.command.map((arg, i) => relativePath(arg, i) ? resolve(baseDir, arg) : arg) } : {})
+    }))
   }
-  return config
+  return out
+}
+
+/** An argument that names a file relative to the config (./x, ../x, or the program itself when it has a slash) */
+function relativePath (arg: string, index: number): boolean {
+  if (arg.startsWith('./') || arg.startsWith('../')) return true
+  return index === 0 && arg.includes('/') && !arg.startsWith('/')
 }

@@ -3,11 +3,19 @@
  *
  * The assembled Internet of Agents node: {@link createIoaNode} stacks the
  * transport, interconnect and collaboration layers on one libp2p node, with
- * persistent state in a data directory and a validated JSON config file.
+ * persistent state in a data directory, custom layers on top, and a validated
+ * JSON config file ({@link startFromConfig}) whose agents are JavaScript
+ * modules or external programs speaking the local agent protocol.
  */
 import '@ioa/transport/polyfill'
 
-export { createIoaNode, initFromConfig } from './ioa-node.js'
-export type { IoaNode, IoaNodeInit, HostAgentOptions } from './ioa-node.js'
-export { loadConfig, parseConfig, ConfigError, NodeConfigSchema } from './config.js'
-export type { NodeConfig, AgentConfig } from './config.js'
+export { createIoaNode, initFromConfig, LayerError } from './ioa-node.js'
+export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, NodeTaskEvent, IoaGateway, IoaGatewayInit } from './ioa-node.js'
+export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } from './config.js'
+export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
+export { startFromConfig } from './start.js'
+export type {
+  AgentModule, AgentModuleContext, AgentImplementation, NodeLogEvent, StartFromConfigOptions, RunningAgent, StartedNode
+} from './start.js'
+export { startExternalAgent } from './external-agent.js'
+export type { ExternalAgent, ExternalAgentInit } from './external-agent.js'

@@ -2,13 +2,16 @@
  * `IoaNode`: one object that stacks the transport, interconnect and
  * collaboration layers on one libp2p node and owns their lifecycle.
  */
-import { RevocationStore, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
-import { createInterconnect } from '@ioa/interconnect'
+import { RevocationStore, constraintPolicy, createOrchestrator, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
+import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import type { NodeConfig } from './config.js'
-import type { DelegateInit, RevocationService, SkillHandler, TaskService, TaskServiceInit, Token } from '@ioa/collab'
-import type { DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
+import type {
+  DelegateInit, Orchestrator, OrchestratorInit, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
+  TaskService, TaskServiceInit, Token
+} from '@ioa/collab'
+import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, TransportNode, TransportNodeInit } from '@ioa/transport'
 import type { AbortOptions } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
@@ -78,6 +81,64 @@ export interface IoaNodeInit {
    * @default {}
    */
   tasks?: Omit<TaskServiceInit, 'datastore' | 'revocations' | 'isRevoked'>
+
+  /**
+   * Custom layers stacked on top, started in order after the built-in layers
+   * and stopped in reverse order before them (see {@link IoaLayer})
+   *
+   * @default []
+   */
+  layers?: IoaLayer[]
+
+  /**
+   * Run a domain gateway: a second libp2p node joins the domain's own network
+   * and the skills its export rules name are offered (and forwarded) here.
+   * The gateway's state is kept in `<dataDir>/gateway` or in memory.
+   *
+   * @default undefined
+   */
+  gateway?: IoaGatewayInit
+}
+
+export interface IoaGatewayInit extends Omit<GatewayInit, 'inner' | 'outer' | 'domain'> {
+  /** @default the node's domain */
+  domain?: string
+  /** Listen addresses in the domain network @default ['/ip4/127.0.0.1/tcp/0'] */
+  listen?: string[]
+  /** Peers of the domain network @default [] */
+  bootstrap?: string[]
+}
+
+/** A running domain gateway */
+export interface IoaGateway {
+  /** The gateway's node in the domain network */
+  readonly inner: Interconnect
+  readonly gateway: Gateway
+  /** Addresses of the inner node (for the domain's nodes to bootstrap from) */
+  addresses(): string[]
+}
+
+/**
+ * A layer added on top of the node without editing the packages: it gets the
+ * started node (its transport, interconnect, task service and events) and may
+ * register its own protocol on `node.transport.services.messaging`, watch
+ * `node.events`, wrap policies, and so on. Names are unique per node.
+ */
+export interface IoaLayer {
+  readonly name: string
+  start(node: IoaNode): void | Promise<void>
+  stop?(): void | Promise<void>
+}
+
+/** What hosted agents' handlers did, as seen by the node that runs them */
+export type NodeTaskEvent =
+  | { type: 'task-started', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number }
+  | { type: 'task-completed', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number, duration: number }
+  | { type: 'task-failed', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number, duration: number, error: { code: string, message: string } }
+
+export interface NodeEvents {
+  /** Called for every served task's start and end; returns a function that removes the listener */
+  onTask(listener: (event: NodeTaskEvent) => void): () => void
 }
 
 export interface HostAgentOptions extends HostAgentInit {
@@ -96,18 +157,82 @@ export interface IoaNode {
   readonly datastore: Datastore
   /** Host an agent: its card is signed and published, its handlers serve tasks */
   host(init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent>
+  /** Attach skill handlers to a hosted agent (served through the task protocol) */
+  serve(agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void>
   /** Find agents by capability, best first */
   discover(query: DiscoveryQuery, options?: DiscoverOptions): Promise<DiscoveredAgent[]>
   /** Delegate authority from a hosted agent (or any identity) to another principal */
   delegate(issuer: HostedAgent, init: DelegateInit): Promise<Token>
   /** Revoke a token issued by a hosted agent and tell the network */
   revoke(issuer: HostedAgent, token: Token, options?: AbortOptions): Promise<void>
+  /** Ask agent `to` to run a task, as a hosted agent; streams its events until the end */
+  submit(from: HostedAgent, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined>
+  /**
+   * An orchestrator acting as a hosted agent, journaling in the node's
+   * datastore; stopped with the node
+   */
+  orchestrator(agent: HostedAgent, init?: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'>): Orchestrator
+  /** Task events of the agents hosted here */
+  readonly events: NodeEvents
+  /** The domain gateway, when the node runs one */
+  readonly gateway?: IoaGateway
+  /** A custom layer by name */
+  layer<T extends IoaLayer = IoaLayer>(name: string): T | undefined
   /** Addresses other nodes can dial */
   addresses(): string[]
+  /** Stop the layers (custom ones first), then the node; idempotent */
   stop(): Promise<void>
 }
 
+/** A custom layer is malformed or failed to start */
+export class LayerError extends Error {
+  static override name = 'LayerError'
+  readonly code = 'LAYER_FAILED'
+  constructor (message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = LayerError.name
+  }
+}
+
+class TaskEvents implements NodeEvents {
+  private readonly listeners = new Set<(event: NodeTaskEvent) => void>()
+
+  onTask (listener: (event: NodeTaskEvent) => void): () => void {
+    this.listeners.add(listener)
+    return () => { this.listeners.delete(listener) }
+  }
+
+  emit (event: NodeTaskEvent): void {
+    for (const l of this.listeners) {
+      try {
+        l(event)
+      } catch {
+        // a listener's failure is its own
+      }
+    }
+  }
+
+  get active (): boolean {
+    return this.listeners.size > 0
+  }
+}
+
+function errorInfo (err: unknown): { code: string, message: string } {
+  const e = err as { code?: unknown, message?: unknown } | undefined
+  return {
+    code: typeof e?.code === 'string' ? e.code : 'HANDLER_ERROR',
+    message: typeof e?.message === 'string' ? e.message : String(err)
+  }
+}
+
 class DefaultIoaNode implements IoaNode {
+  readonly events = new TaskEvents()
+  private readonly layers = new Map<string, IoaLayer>()
+  private readonly orchestrators = new Set<Orchestrator>()
+  private stopping?: Promise<void>
+  gateway?: IoaGateway
+  private stopGateway?: () => Promise<void>
+
   constructor (
     readonly transport: TransportNode,
     readonly interconnect: Interconnect,
@@ -121,10 +246,105 @@ class DefaultIoaNode implements IoaNode {
   async host (init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent> {
     const { handlers, ...card } = init
     const agent = await this.interconnect.host(card, options)
-    for (const [skill, handler] of Object.entries(handlers ?? {})) {
-      await this.tasks.serve(agent.did, skill, handler)
-    }
+    await this.serve(agent, handlers ?? {})
     return agent
+  }
+
+  async serve (agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void> {
+    for (const [skill, handler] of Object.entries(handlers)) {
+      if (typeof handler !== 'function') throw new TypeError(`The handler of ${skill} is not a function`)
+      await this.tasks.serve(agent.did, skill, this.observed(agent.did, skill, handler))
+    }
+  }
+
+  /** The handler, reporting its start and end to `events` */
+  private observed (agent: Did, skill: string, handler: SkillHandler): SkillHandler {
+    return async (input, ctx) => {
+      const started = Date.now()
+      const base = { agent, skill, taskId: ctx.task.id, caller: ctx.caller, root: ctx.chain.root }
+      this.events.emit({ type: 'task-started', ...base, at: started })
+      try {
+        const out = await handler(input, ctx)
+        const at = Date.now()
+        this.events.emit({ type: 'task-completed', ...base, at, duration: at - started })
+        return out
+      } catch (err) {
+        const at = Date.now()
+        this.events.emit({ type: 'task-failed', ...base, at, duration: at - started, error: errorInfo(err) })
+        throw err
+      }
+    }
+  }
+
+  submit (from: HostedAgent, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined> {
+    return this.tasks.submit(from.identity, to, request, options)
+  }
+
+  orchestrator (agent: HostedAgent, init: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'> = {}): Orchestrator {
+    const o = createOrchestrator({
+      datastore: this.datastore,
+      isRevoked: async (cid, issuers) => this.revocationStore.isRevoked(cid, issuers),
+      ...init,
+      ic: this.interconnect,
+      tasks: this.tasks,
+      agent
+    })
+    this.orchestrators.add(o)
+    return o
+  }
+
+  layer<T extends IoaLayer = IoaLayer> (name: string): T | undefined {
+    return this.layers.get(name) as T | undefined
+  }
+
+  /** Start the domain gateway: an inner node in the domain network, bridged to this one */
+  async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
+    const { listen, bootstrap, domain, ...rest } = g
+    const { datastore, owned } = await openDatastore({ dataDir: init.dataDir != null ? `${init.dataDir}/gateway` : undefined })
+    let innerNode: TransportNode | undefined
+    let inner: Interconnect | undefined
+    try {
+      innerNode = await createTransportNode({
+        ...init.transport,
+        listen: listen ?? ['/ip4/127.0.0.1/tcp/0'],
+        bootstrap: bootstrap ?? [],
+        datastore,
+        messaging: init.messaging
+      })
+      const d = domain ?? this.interconnect.domain
+      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, domain: d })
+      const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
+      const i = inner
+      const n = innerNode
+      this.gateway = { inner: i, gateway, addresses: () => n.getMultiaddrs().map(a => a.toString()) }
+      this.stopGateway = async () => {
+        await gateway.stop().catch(() => {})
+        await i.stop().catch(() => {})
+        await Promise.resolve(n.stop()).catch(() => {})
+        if (owned) await (datastore as unknown as { close(): Promise<void> }).close().catch(() => {})
+      }
+    } catch (err) {
+      await inner?.stop().catch(() => {})
+      await Promise.resolve(innerNode?.stop()).catch(() => {})
+      if (owned) await (datastore as unknown as { close(): Promise<void> }).close().catch(() => {})
+      throw err
+    }
+  }
+
+  /** Start custom layers in order; on a failure the started ones are stopped */
+  async startLayers (layers: IoaLayer[]): Promise<void> {
+    for (const layer of layers) {
+      if (typeof layer?.name !== 'string' || layer.name === '' || typeof layer.start !== 'function') {
+        throw new LayerError('A layer needs a non-empty name and a start(node) function')
+      }
+      if (this.layers.has(layer.name)) throw new LayerError(`Two layers are named ${layer.name}`)
+      try {
+        await layer.start(this)
+      } catch (err) {
+        throw new LayerError(`Layer ${layer.name} failed to start: ${(err as Error)?.message ?? err}`, { cause: err })
+      }
+      this.layers.set(layer.name, layer)
+    }
   }
 
   async discover (query: DiscoveryQuery, options?: DiscoverOptions): Promise<DiscoveredAgent[]> {
@@ -145,6 +365,18 @@ class DefaultIoaNode implements IoaNode {
   }
 
   async stop (): Promise<void> {
+    this.stopping ??= this.doStop()
+    await this.stopping
+  }
+
+  private async doStop (): Promise<void> {
+    for (const layer of [...this.layers.values()].reverse()) {
+      await Promise.resolve(layer.stop?.()).catch(() => {})
+    }
+    this.layers.clear()
+    for (const o of this.orchestrators) await o.stop().catch(() => {})
+    this.orchestrators.clear()
+    await this.stopGateway?.().catch(() => {})
     await this.tasks.stop()
     await this.revocations.stop()
     await this.interconnect.stop()
@@ -185,8 +417,17 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
     })
-    return new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore)
+    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore)
+    try {
+      if (init.gateway != null) await node.startGateway(init.gateway, init)
+      await node.startLayers(init.layers ?? [])
+    } catch (err) {
+      await node.stop().catch(() => {})
+      throw err
+    }
+    return node
   } catch (err) {
+    if ((err as Error)?.name === LayerError.name) throw err
     await interconnect?.stop().catch(() => {})
     await Promise.resolve(transport?.stop()).catch(() => {})
     await closeStore().catch(() => {})
@@ -211,6 +452,26 @@ export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
       maxFrameSize: c.limits?.maxFrameSize,
       maxInFlightPerPeer: c.limits?.maxInFlightPerPeer,
       requestTimeout: c.limits?.requestTimeout
-    }
+    },
+    tasks: {
+      leaseInterval: c.tasks?.leaseInterval,
+      roots: c.tasks?.roots,
+      maxDepth: c.tasks?.maxDepth,
+      clockSkew: c.tasks?.clockSkew,
+      ...(c.tasks?.enforceConstraints === true ? { policy: constraintPolicy() } : {})
+    },
+    ...(c.gateway != null
+      ? {
+          gateway: {
+            domain: c.gateway.domain,
+            listen: c.gateway.listen,
+            bootstrap: c.gateway.bootstrap,
+            exports: c.gateway.exports,
+            innerCapabilities: c.gateway.innerCapabilities,
+            rateLimit: c.gateway.rateLimit,
+            refreshInterval: c.gateway.refreshInterval
+          }
+        }
+      : {})
   }
 }

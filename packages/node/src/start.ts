@@ -1,0 +1,163 @@
+/**
+ * Start a node from a validated config: the node with its layers, a domain
+ * gateway when configured, and the hosted agents with their handlers (a
+ * JavaScript module, or an external program on stdio).
+ */
+import { pathToFileURL } from 'node:url'
+import { ConfigError, parseConfig } from './config.js'
+import { startExternalAgent } from './external-agent.js'
+import { createIoaNode, initFromConfig } from './ioa-node.js'
+import type { AgentConfig, NodeConfig } from './config.js'
+import type { ExternalAgent } from './external-agent.js'
+import type { IoaLayer, IoaNode, IoaNodeInit } from './ioa-node.js'
+import type { SkillHandler } from '@ioa/collab'
+import type { HostedAgent } from '@ioa/interconnect'
+
+/** What an agent module's default export receives */
+export interface AgentModuleContext {
+  readonly node: IoaNode
+  /** The agent, hosted (its card is published once the module returns) */
+  readonly agent: HostedAgent
+  /** The agent's `options` from the config */
+  readonly options: Record<string, unknown>
+  /** Report something worth showing (the `ioa start` timeline prints it) */
+  log(event: string, data?: Record<string, unknown>): void
+  /** Aborted when the node stops */
+  readonly signal: AbortSignal
+}
+
+/** What an agent module returns: its skill handlers and optional lifecycle hooks */
+export interface AgentImplementation {
+  handlers?: Record<string, SkillHandler>
+  /** Called once every agent of the node is hosted and serving */
+  start?(): void | Promise<void>
+  stop?(): void | Promise<void>
+}
+
+/** The default export of an agent module */
+export type AgentModule = (ctx: AgentModuleContext) => AgentImplementation | Promise<AgentImplementation>
+
+/** An event of a node started from a config */
+export interface NodeLogEvent {
+  at: number
+  /** Who reports: an agent's config key, or `node` */
+  source: string
+  event: string
+  data: Record<string, unknown>
+}
+
+export interface StartFromConfigOptions {
+  /** Receives agents' `log` events and the node's task events */
+  onEvent?(event: NodeLogEvent): void
+  /** Custom layers to stack on the node */
+  layers?: IoaLayer[]
+  /** Node options that override the config's (e.g. a datastore) */
+  overrides?: Partial<IoaNodeInit>
+}
+
+export interface RunningAgent {
+  readonly config: AgentConfig
+  readonly agent: HostedAgent
+  readonly kind: 'module' | 'command' | 'card'
+}
+
+export interface StartedNode {
+  readonly node: IoaNode
+  readonly agents: RunningAgent[]
+  stop(): Promise<void>
+}
+
+/**
+ * Start a node from a config (already resolved against its file with
+ * `loadConfig`): host its agents and attach their handlers. Throws
+ * `ConfigError` for a bad config or an agent module that cannot be loaded.
+ */
+export async function startFromConfig (config: NodeConfig | unknown, options: StartFromConfigOptions = {}): Promise<StartedNode> {
+  const c = parseConfig(config)
+  const emit = (source: string, event: string, data: Record<string, unknown> = {}): void => {
+    try {
+      options.onEvent?.({ at: Date.now(), source, event, data })
+    } catch {
+      // a listener's failure is its own
+    }
+  }
+  const modules: Array<{ ref: AgentConfig, impl: AgentModule }> = []
+  for (const [i, a] of (c.agents ?? []).entries()) {
+    if (a.module == null) continue
+    let mod: { default?: unknown }
+    try {
+      mod = await import(pathToFileURL(a.module).href)
+    } catch (err: any) {
+      throw new ConfigError(`Cannot load agent module ${a.module}: ${err?.message ?? err}`, `agents.${i}.module`)
+    }
+    if (typeof mod.default !== 'function') {
+      throw new ConfigError(`Agent module ${a.module} has no default export function`, `agents.${i}.module`)
+    }
+    modules.push({ ref: a, impl: mod.default as AgentModule })
+  }
+
+  const init = { ...initFromConfig(c), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
+  const node = await createIoaNode(init)
+  const controller = new AbortController()
+  const running: RunningAgent[] = []
+  const impls: AgentImplementation[] = []
+  const externals: ExternalAgent[] = []
+  const offTasks = node.events.onTask(e => {
+    const source = running.find(r => r.agent.did === e.agent)?.config.key ?? 'node'
+    const { type, ...data } = e
+    emit(source, type, data)
+  })
+
+  const stop = async (): Promise<void> => {
+    controller.abort()
+    for (const impl of impls.reverse()) await Promise.resolve(impl.stop?.()).catch(() => {})
+    for (const ext of externals) await ext.stop().catch(() => {})
+    offTasks()
+    await node.stop()
+  }
+
+  try {
+    for (const [i, a] of (c.agents ?? []).entries()) {
+      const card = { key: a.key, name: a.name, description: a.description, domain: a.domain, skills: a.skills }
+      if (a.command != null) {
+        const ext = await startExternalAgent(node, {
+          command: a.command,
+          card,
+          options: a.options,
+          onEvent: (event, data) => emit(a.key, event, data),
+          onLog: line => emit(a.key, 'stderr', { line })
+        })
+        externals.push(ext)
+        running.push({ config: a, agent: ext.agent, kind: 'command' })
+        continue
+      }
+      const entry = modules.find(m => m.ref === a)
+      if (entry == null) {
+        running.push({ config: a, agent: await node.host(card), kind: 'card' })
+        continue
+      }
+      // host the card first so the module knows its agent; handlers are attached next
+      const agent = await node.host(card)
+      const impl = await entry.impl({
+        node,
+        agent,
+        options: a.options ?? {},
+        log: (event, data) => emit(a.key, event, data ?? {}),
+        signal: controller.signal
+      })
+      if (impl == null || typeof impl !== 'object') {
+        throw new ConfigError(`Agent module ${a.module} returned no implementation`, `agents.${i}.module`)
+      }
+      await node.serve(agent, impl.handlers ?? {}).catch((err) => {
+        throw new ConfigError(`Agent ${a.key}: ${err?.message ?? err}`, `agents.${i}.module`)
+      })
+      impls.push(impl)
+      running.push({ config: a, agent, kind: 'module' })
+    }
+    for (const impl of impls) await impl.start?.()
+  } catch (err) {
+    await stop().catch(() => {})
+    throw err
+  }
+  return { node, agents: running, stop }
+}

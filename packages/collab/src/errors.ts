@@ -2,6 +2,7 @@
  * Error classes of the collaboration layer. Each has a stable `code`, also
  * used on the wire (`spec/collab.md`, "Errors").
  */
+import { fromRemote as interconnectFromRemote } from '@ioa/interconnect'
 import { ErrorFamily } from '@ioa/transport'
 import type { CodedErrorClass } from '@ioa/transport'
 
@@ -47,5 +48,7 @@ export const StepFailedError = family.define('StepFailedError', 'STEP_FAILED', '
  * of these codes) into the matching class; other errors pass unchanged
  */
 export function fromRemote (err: unknown): unknown {
-  return family.fromRemote(err)
+  const out = family.fromRemote(err)
+  // codes of the layer below (e.g. NOT_EXPORTED from a gateway) keep their names too
+  return out === err ? interconnectFromRemote(err) : out
 }

@@ -23,7 +23,7 @@ import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
-import type { Envelope, ReplayCacheInit } from './envelope.js'
+import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
 import type { TaskError, TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './tasks.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
@@ -254,7 +254,19 @@ function checkBody (raw: unknown, maxBytes: number): { body: TaskBody, bytes?: U
   return Object.keys(body).length === Object.keys(raw).length ? { body, bytes } : { body }
 }
 
-function parseTaskRef (raw: unknown, withApproval = false): { agent: Did, task: string } {
+/**
+ * The parts of a `submit` request `{ envelope, body }`: the envelope checked
+ * for shape and limits (not verified), the body as received
+ */
+export function checkSubmit (payload: unknown): { checked: CheckedEnvelope, rawBody: unknown } {
+  if (!isMap(payload)) throw new InvalidEnvelopeError('submit needs a map { envelope, body }')
+  const { envelope, body, ...rest } = payload
+  if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown submit fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
+  return { checked: checkEnvelope(envelope), rawBody: body }
+}
+
+/** The `{ agent, task }` of a resubscribe, get or cancel request (and approve's, with `withApproval`) */
+export function parseTaskRef (raw: unknown, withApproval = false): { agent: Did, task: string } {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Request must be a map')
   const { agent, task, ...rest } = raw
   const extra = Object.keys(rest).filter(k => !(withApproval && k === 'approval'))
@@ -276,7 +288,8 @@ function roundTrip<T> (value: T): T {
   return dagCbor.decode(dagCbor.encode(value)) as T
 }
 
-function parseEvent (raw: unknown): TaskEvent {
+/** A task event received on a submit or resubscribe stream, checked for shape */
+export function parseEvent (raw: unknown): TaskEvent {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Malformed task event')
   const okTask = (t: unknown): t is TaskSnapshot => isMap(t) && typeof t.id === 'string' && isTaskState(t.state) &&
     Array.isArray(t.messages) && Array.isArray(t.artifacts)
@@ -298,7 +311,7 @@ function parseEvent (raw: unknown): TaskEvent {
   throw new InvalidEnvelopeError('Malformed task event')
 }
 
-function eventTaskId (e: TaskEvent): string {
+export function eventTaskId (e: TaskEvent): string {
   return e.type === 'heartbeat' || e.type === 'lapsed' ? e.taskId : e.task.id
 }
 
@@ -617,10 +630,7 @@ class DefaultTaskService implements TaskService {
    * state from `submitted` on.
    */
   private async accept (payload: unknown, peer: string, sub?: Subscriber): Promise<Live | TaskRecord> {
-    if (!isMap(payload)) throw new InvalidEnvelopeError('submit needs a map { envelope, body }')
-    const { envelope: rawEnvelope, body: rawBody, ...rest } = payload
-    if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown submit fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
-    const checked = checkEnvelope(rawEnvelope)
+    const { checked, rawBody } = checkSubmit(payload)
     const envelope: Envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload

@@ -109,7 +109,7 @@ export interface GatewayInit {
 export interface GatewayStats {
   /** Messages forwarded to inner agents and answered */
   forwarded: number
-  /** Messages refused (not exported or rate-limited) */
+  /** Calls refused by `admit` (route messages and calls of other relays): not exported or rate-limited */
   refused: number
   /** Refused because the export policy does not allow them */
   notExported: number
@@ -303,6 +303,8 @@ class DefaultGateway implements Gateway {
     }
     return out
   }
+
+  // ---- admission ----------------------------------------------------------
 
   isExportedAgent (did: Did): boolean {
     return !this.stopped && this.cards.has(did)

@@ -2,7 +2,7 @@
  * `IoaNode`: one object that stacks the transport, interconnect and
  * collaboration layers on one libp2p node and owns their lifecycle.
  */
-import { RevocationStore, constraintPolicy, createOrchestrator, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
+import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGateway, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
 import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
@@ -314,10 +314,16 @@ class DefaultIoaNode implements IoaNode {
       const d = domain ?? this.interconnect.domain
       inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, domain: d })
       const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
+      // tasks for exported agents are relayed too (this node then serves no tasks itself)
+      const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect }).catch(async (err) => {
+        await gateway.stop().catch(() => {})
+        throw err
+      })
       const i = inner
       const n = innerNode
       this.gateway = { inner: i, gateway, addresses: () => n.getMultiaddrs().map(a => a.toString()) }
       this.stopGateway = async () => {
+        await relay.stop().catch(() => {})
         await gateway.stop().catch(() => {})
         await i.stop().catch(() => {})
         await Promise.resolve(n.stop()).catch(() => {})

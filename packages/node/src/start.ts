@@ -81,6 +81,10 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
       // a listener's failure is its own
     }
   }
+  if (c.gateway != null) {
+    const i = (c.agents ?? []).findIndex(a => a.module != null || a.command != null)
+    if (i >= 0) throw new ConfigError('A gateway node relays tasks for its domain and cannot serve tasks of its own: host the agent on another node', `agents.${i}`)
+  }
   const modules: Array<{ ref: AgentConfig, impl: AgentModule }> = []
   for (const [i, a] of (c.agents ?? []).entries()) {
     if (a.module == null) continue

@@ -1,4 +1,4 @@
-// `npm run demo`: starts three nodes as separate OS processes on 127.0.0.1,
+// `npm run demo:transport`: starts three nodes as separate OS processes on 127.0.0.1,
 // joins them through a bootstrap node, finds one by a DHT key, exchanges
 // messages over @ioa/transport, prints a timeline and stops everything.
 // Exits 0 only if every step worked. `--json` prints one JSON summary.
@@ -20,7 +20,7 @@ const log = (event, detail = '') => {
   if (!json) console.log(`${String(at).padStart(6)} ms  ${event}${detail ? '  ' + detail : ''}`)
 }
 
-const NODE = fileURLToPath(new URL('./demo-node.js', import.meta.url))
+const NODE = fileURLToPath(new URL('./transport-demo-node.js', import.meta.url))
 const children = []
 
 async function startChild (name, bootstrapAddr) {

@@ -50,6 +50,7 @@ const AgentConfig = z.object({
   options: z.record(z.string(), z.unknown()).optional()
 }).strict().refine(a => a.module == null || a.command == null, { message: 'an agent has a module or a command, not both', path: ['command'] })
 
+const PeerIdString = z.string().regex(/^[1-9A-HJ-NP-Za-km-z]{46,60}$/, 'a libp2p peer id')
 const DidString = z.string().regex(/^did:key:z[1-9A-HJ-NP-Za-km-z]+$/, 'a did:key identifier')
 const Multiaddr = z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')
 
@@ -107,6 +108,17 @@ export const NodeConfigSchema = z.object({
   providerTtl: z.number().int().min(1000).optional(),
   /** Task service: leases, trusted roots, constraint enforcement */
   tasks: TasksConfig.optional(),
+  /**
+   * This node is inside a domain network, reachable from outside only through
+   * these gateways: its agents' cards name the gateways and carry no
+   * addresses, and only the gateways' inner nodes may ask for export cards
+   */
+  behindGateways: z.array(z.object({
+    /** Peer id of the gateway's node in the public network */
+    outer: PeerIdString,
+    /** Peer id of the gateway's node in the domain network */
+    inner: PeerIdString
+  }).strict()).min(1).max(16).optional(),
   /** Run a domain gateway: a second node in the domain network, exporting selected skills here */
   gateway: GatewayConfig.optional()
 }).strict()

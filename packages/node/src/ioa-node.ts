@@ -459,6 +459,15 @@ export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
       maxInFlightPerPeer: c.limits?.maxInFlightPerPeer,
       requestTimeout: c.limits?.requestTimeout
     },
+    ...(c.behindGateways != null
+      ? {
+          interconnect: {
+            private: true,
+            gateways: c.behindGateways.map(g => g.outer),
+            trustedGateways: c.behindGateways.map(g => g.inner)
+          }
+        }
+      : {}),
     tasks: {
       leaseInterval: c.tasks?.leaseInterval,
       roots: c.tasks?.roots,

@@ -1,0 +1,311 @@
+// The scenario runner behind `npm run demo`: starts every node of the
+// scenarios as a separate OS process (`ioa start --json`), joins them through
+// a seed node, runs each scenario from an in-process driver node (the user's
+// phone), prints one merged timeline, checks the outcomes and stops
+// everything. Each scenario is a module `scenarios/<name>/scenario.js`
+// (contract: scenarios/README.md).
+import { spawn } from 'node:child_process'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { createIoaNode, loadConfig } from '@ioa/node'
+import { identityFromPrivateKey } from '@ioa/interconnect'
+import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+
+export const SCENARIOS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+const ROOT = resolve(SCENARIOS_DIR, '..')
+const IOA = join(ROOT, 'packages', 'node', 'bin', 'ioa.js')
+
+/** Longest wait for a node process to print its ready line, ms */
+const READY_TIMEOUT = 20_000
+/** Longest run of one scenario, ms */
+const SCENARIO_TIMEOUT = 40_000
+/** Grace period of a node process after SIGTERM, ms */
+const STOP_GRACE = 3_000
+/** Most events kept per node process */
+const MAX_EVENTS = 5_000
+
+/** Read a key file `{ type: 'ed25519', seed: <64 hex>, did }` (the `ioa key` format) */
+export async function readKeyFile (path) {
+  const file = JSON.parse(await readFile(path, 'utf8'))
+  if (file?.type !== 'ed25519' || typeof file.seed !== 'string' || !/^[0-9a-f]{64}$/i.test(file.seed)) {
+    throw new Error(`${path} is not an ed25519 key file`)
+  }
+  const key = await generateKeyPairFromSeed('Ed25519', Uint8Array.from(Buffer.from(file.seed, 'hex')))
+  const identity = identityFromPrivateKey(key)
+  if (file.did != null && file.did !== identity.did) throw new Error(`${path}: did does not match the seed`)
+  return identity
+}
+
+function timeoutSignal (ms, outer) {
+  return outer != null ? AbortSignal.any([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
+}
+
+/** One `ioa start --json` process */
+class NodeProcess {
+  constructor (name, scenario, t0, onEvent) {
+    this.name = name
+    this.scenario = scenario
+    this.t0 = t0
+    this.onEvent = onEvent
+    this.events = []
+    this.waiters = new Set()
+    this.stderr = []
+    this.exitCode = undefined
+  }
+
+  start (config, args) {
+    const argv = [IOA, 'start', '--json', '--config', config, ...args]
+    this.proc = spawn(process.execPath, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] })
+    this.pid = this.proc.pid
+    this.exited = new Promise(resolve => {
+      this.proc.once('exit', (code, signal) => {
+        this.exitCode = code ?? signal
+        for (const w of this.waiters) w.reject(new Error(`${this.name} exited (${this.exitCode}) while waiting for ${w.what}`))
+        this.waiters.clear()
+        resolve(this.exitCode)
+      })
+    })
+    let buffer = ''
+    this.proc.stdout.setEncoding('utf8')
+    this.proc.stdout.on('data', chunk => {
+      buffer += chunk
+      let i
+      while ((i = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, i)
+        buffer = buffer.slice(i + 1)
+        this.line(line)
+      }
+    })
+    this.proc.stderr.setEncoding('utf8')
+    this.proc.stderr.on('data', chunk => {
+      this.stderr.push(chunk)
+      if (this.stderr.length > 200) this.stderr.shift()
+    })
+    return this.waitFor(e => e.type === 'ready', READY_TIMEOUT, 'its ready line').then(ready => {
+      this.ready = ready
+      return ready
+    })
+  }
+
+  line (line) {
+    if (line.trim() === '') return
+    let msg
+    try {
+      msg = JSON.parse(line)
+    } catch {
+      this.stderr.push(line + '\n')
+      return
+    }
+    if (msg.type === 'event') {
+      const event = { at: msg.at, source: msg.source, event: msg.event, data: msg.data ?? {}, node: this.name }
+      if (this.events.length < MAX_EVENTS) this.events.push(event)
+      this.onEvent(this, event)
+    }
+    for (const w of [...this.waiters]) {
+      let hit = false
+      try {
+        hit = w.match(msg.type === 'event' ? { ...msg, node: this.name } : msg)
+      } catch {}
+      if (hit) {
+        this.waiters.delete(w)
+        w.resolve(msg)
+      }
+    }
+  }
+
+  /** Wait for a line (ready, event, …) of this process; events seen before count too */
+  waitFor (match, timeout, what = 'a line') {
+    if (this.ready != null && match(this.ready)) return Promise.resolve(this.ready)
+    for (const e of this.events) {
+      if (match({ type: 'event', ...e })) return Promise.resolve({ type: 'event', ...e })
+    }
+    if (this.exitCode !== undefined) return Promise.reject(new Error(`${this.name} has exited (${this.exitCode})`))
+    return new Promise((resolve, reject) => {
+      const w = { match, what, resolve: v => { clearTimeout(t); resolve(v) }, reject: e => { clearTimeout(t); reject(e) } }
+      const t = setTimeout(() => {
+        this.waiters.delete(w)
+        reject(new Error(`${this.name}: no ${what} within ${timeout} ms${this.stderrTail()}`))
+      }, timeout)
+      this.waiters.add(w)
+    })
+  }
+
+  stderrTail () {
+    const tail = this.stderr.join('').trim().split('\n').slice(-3).join(' | ')
+    return tail !== '' ? ` (stderr: ${tail})` : ''
+  }
+
+  did (key) {
+    const a = this.ready?.agents?.find(x => x.key === key)
+    if (a == null) throw new Error(`${this.name} hosts no agent ${key}`)
+    return a.did
+  }
+
+  kill (signal) {
+    if (this.exitCode === undefined) this.proc.kill(signal)
+  }
+
+  async stop () {
+    if (this.exitCode !== undefined) return
+    this.proc.kill('SIGCONT')
+    this.proc.kill('SIGTERM')
+    const t = setTimeout(() => this.proc.kill('SIGKILL'), STOP_GRACE)
+    await this.exited
+    clearTimeout(t)
+  }
+}
+
+/**
+ * Run the scenarios. `only`: names to run (default all); `print`: receives
+ * each human-readable line (nothing is printed without it). Resolves to the
+ * summary; never throws for a failed scenario (its status says so).
+ */
+export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security'] } = {}) {
+  const t0 = Date.now()
+  const elapsed = at => `+${((at - t0) / 1000).toFixed(2).padStart(6)}s`
+  const line = (at, who, text) => print(`${elapsed(at)}  ${who.padEnd(22)} ${text}`)
+
+  const defs = []
+  const dirs = { 'car-assistant': 'car', 'home-security': 'home' }
+  for (const name of scenarios) {
+    if (only != null && !only.includes(name)) continue
+    const mod = await import(join(SCENARIOS_DIR, dirs[name] ?? name, 'scenario.js'))
+    defs.push(mod.default)
+  }
+
+  const procs = new Map()
+  let driverNode
+  let tmp
+  const summary = { ok: false, duration: 0, processes: 0, scenarios: [] }
+  let current
+  const onEvent = (proc, e) => {
+    if (current != null) current.events++
+    const text = typeof e.data?.text === 'string' ? e.data.text : `${e.event} ${compact(e.data)}`
+    line(e.at, `${proc.name}/${e.source}`, text)
+  }
+
+  try {
+    // the seed: a node with no agents that everyone joins through
+    print(`Starting ${1 + defs.reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
+    const seed = new NodeProcess('seed', null, t0, onEvent)
+    procs.set('seed', seed)
+    const seedReady = await seed.start(join(SCENARIOS_DIR, 'seed.json'), [])
+    const seedAddr = seedReady.addresses[0]
+    line(Date.now(), 'seed', `listening on ${seedAddr} (pid ${seed.pid})`)
+
+    // every scenario node; one that bootstraps from another's gateway waits for it
+    const specs = defs.flatMap(d => d.nodes.map(n => ({ ...n, scenario: d.name })))
+    const started = new Map()
+    const startOne = async (spec) => {
+      if (started.has(spec.name)) return started.get(spec.name)
+      const p = (async () => {
+        let config = join(SCENARIOS_DIR, spec.config)
+        let args = ['--bootstrap', seedAddr]
+        if (spec.bootstrapFromGateway != null) {
+          // a node inside a domain network joins only that network, through
+          // its gateway, which it names in its config (peer ids known now)
+          const gw = await startOne(specs.find(s => s.name === spec.bootstrapFromGateway))
+          if (gw.ready.gateway == null) throw new Error(`${spec.bootstrapFromGateway} runs no gateway`)
+          const inner = gw.ready.gateway.addresses[0]
+          const derived = { ...(await loadConfig(config)), behindGateways: [{ outer: gw.ready.peerId, inner: inner.slice(inner.lastIndexOf('/p2p/') + 5) }] }
+          tmp ??= await mkdtemp(join(tmpdir(), 'ioa-demo-'))
+          config = join(tmp, `${spec.name}.json`)
+          await writeFile(config, JSON.stringify(derived))
+          args = ['--bootstrap', inner]
+        }
+        const proc = new NodeProcess(spec.name, spec.scenario, t0, onEvent)
+        procs.set(spec.name, proc)
+        const ready = await proc.start(config, args)
+        const agents = ready.agents.map(a => a.name).join(', ')
+        line(Date.now(), spec.name, `up (pid ${proc.pid})${agents !== '' ? ` hosting ${agents}` : ''}${ready.gateway != null ? ` — gateway of ${ready.gateway.domain}` : ''}`)
+        return proc
+      })()
+      started.set(spec.name, p)
+      return p
+    }
+    await Promise.all(specs.map(startOne))
+    summary.processes = procs.size
+
+    driverNode = await createIoaNode({ bootstrap: [seedAddr], domain: 'people.example' })
+    line(Date.now(), 'driver', `user's phone joined the network (peer ${driverNode.transport.peerId.toString().slice(-8)})`)
+
+    for (const def of defs) {
+      const started = Date.now()
+      print('')
+      print(`── ${def.title ?? def.name} ──`)
+      current = { events: 0 }
+      const identity = def.userKey != null ? await readKeyFile(join(SCENARIOS_DIR, def.userKey)) : undefined
+      const signal = AbortSignal.timeout(def.timeout ?? SCENARIO_TIMEOUT)
+      const nodes = def.nodes.map(n => procs.get(n.name))
+      const ctx = {
+        node: name => {
+          const p = procs.get(name)
+          if (p == null) throw new Error(`No node ${name}`)
+          return {
+            name,
+            ready: p.ready,
+            pid: p.pid,
+            events: p.events,
+            did: key => p.did(key),
+            kill: sig => p.kill(sig),
+            waitForEvent: (match, timeout = 15_000, what = 'event') => p.waitFor(
+              m => m.type === 'event' && (typeof match === 'function' ? match(m) : ((match.source == null || m.source === match.source) && m.event === match.event)),
+              timeout, what
+            ).then(m => ({ at: m.at, source: m.source, event: m.event, data: m.data ?? {}, node: name }))
+          }
+        },
+        driver: { node: driverNode, identity },
+        timeline: (who, text) => line(Date.now(), who, text),
+        signal,
+        deadline: ms => timeoutSignal(ms, signal)
+      }
+      let result
+      let error
+      try {
+        result = await Promise.race([
+          def.run(ctx),
+          new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(new Error(`scenario timed out after ${def.timeout ?? SCENARIO_TIMEOUT} ms`)), { once: true }))
+        ])
+      } catch (err) {
+        error = err
+      }
+      const checks = result?.checks ?? []
+      const ok = error == null && checks.length > 0 && checks.every(c => c.ok)
+      const entry = {
+        name: def.name,
+        status: ok ? 'completed' : 'failed',
+        nodes: def.nodes.length,
+        processes: nodes.filter(Boolean).map(p => ({ name: p.name, pid: p.pid })),
+        agents: nodes.reduce((n, p) => n + (p?.ready?.agents?.length ?? 0), 0),
+        steps: result?.steps ?? [],
+        duration: Date.now() - started,
+        events: current.events,
+        checks,
+        outcome: result?.outcome ?? null,
+        ...(error != null ? { error: String(error?.message ?? error) } : {})
+      }
+      summary.scenarios.push(entry)
+      print('')
+      for (const c of checks) print(`  ${c.ok ? '✔' : '✘'} ${c.name}${c.detail != null ? ` — ${c.detail}` : ''}`)
+      if (error != null) print(`  ✘ ${entry.error}`)
+      print(`  ${def.name}: ${entry.status} in ${(entry.duration / 1000).toFixed(1)} s (${entry.nodes} processes, ${entry.agents} agents, ${entry.steps.length} steps)`)
+    }
+    summary.ok = summary.scenarios.length > 0 && summary.scenarios.every(s => s.status === 'completed')
+  } catch (err) {
+    summary.error = String(err?.message ?? err)
+    print(`demo failed: ${summary.error}`)
+  } finally {
+    await driverNode?.stop().catch(() => {})
+    await Promise.all([...procs.values()].map(p => p.stop().catch(() => {})))
+    if (tmp != null) await rm(tmp, { recursive: true, force: true }).catch(() => {})
+    summary.duration = Date.now() - t0
+  }
+  return summary
+}
+
+function compact (data) {
+  const s = JSON.stringify(data ?? {})
+  return s.length > 160 ? s.slice(0, 157) + '…' : s
+}

@@ -17,5 +17,8 @@ export { startFromConfig } from './start.js'
 export type {
   AgentModule, AgentModuleContext, AgentImplementation, NodeLogEvent, StartFromConfigOptions, RunningAgent, StartedNode
 } from './start.js'
-export { startExternalAgent } from './external-agent.js'
+export {
+  startExternalAgent, AGENT_PROTOCOL, EXTERNAL_AGENT_DEFAULTS, ExternalAgentError, AgentStartError, AgentStartTimeoutError,
+  UnsupportedProtocolError, SkillMismatchError, AgentProtocolError, LineTooLongError, AgentExitedError, TooManyTasksError, AgentTaskError
+} from './external-agent.js'
 export type { ExternalAgent, ExternalAgentInit } from './external-agent.js'

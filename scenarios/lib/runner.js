@@ -182,8 +182,8 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   let current
   const onEvent = (proc, e) => {
     if (current != null) current.events++
-    const text = typeof e.data?.text === 'string' ? e.data.text : `${e.event} ${compact(e.data)}`
-    line(e.at, `${proc.name}/${e.source}`, text)
+    const text = describe(e)
+    if (text != null) line(e.at, e.source === 'node' ? proc.name : `${proc.name}/${e.source}`, text)
   }
 
   try {
@@ -303,6 +303,20 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     summary.duration = Date.now() - t0
   }
   return summary
+}
+
+/** A timeline line for an event of a node process (undefined: not shown) */
+function describe (e) {
+  if (typeof e.data?.text === 'string') return e.data.text
+  switch (e.event) {
+    // every served task's start and end: the agents tell the story themselves
+    case 'task-started':
+    case 'task-completed':
+      return undefined
+    case 'task-failed': return `task ${e.data.skill} failed: ${e.data.error?.code ?? ''} ${e.data.error?.message ?? ''}`
+    case 'announced': return `agent cards published, capabilities announced in the DHT (${compact(e.data)})`
+    default: return `${e.event} ${compact(e.data)}`
+  }
 }
 
 function compact (data) {

@@ -1,0 +1,148 @@
+/**
+ * The short-lived client node of the commands that talk to the network: its
+ * state (peer key) in a data directory, joined through bootstrap peers,
+ * stopped before the command exits.
+ */
+import { access, mkdir } from 'node:fs/promises'
+import { join } from 'node:path'
+import { multiaddr } from '@multiformats/multiaddr'
+import { LevelDatastore } from 'datastore-level'
+import { createIoaNode } from '../ioa-node.js'
+import { peerOf } from './args.js'
+import { CliError, oneLine } from './errors.js'
+import type { IoaNode } from '../ioa-node.js'
+import type { Output } from './output.js'
+
+export interface ClientInit {
+  /** Multiaddrs (with /p2p/) to join through; at least one */
+  bootstrap: string[]
+  /** LevelDB directory of the client's state */
+  dataDir: string
+  /** Longest wait for a bootstrap connection and DHT peers, ms */
+  timeout: number
+  /** Also wait until the DHT routing table has a peer @default true */
+  dht?: boolean
+  signal: AbortSignal
+  out: Output
+}
+
+export interface Client {
+  readonly node: IoaNode
+  /** Bootstrap peers connected to */
+  readonly connected: string[]
+  /** Stop the node and close its data directory; idempotent */
+  close(): Promise<void>
+}
+
+/**
+ * Start a client node and wait (at most `timeout`) until it is connected to
+ * a bootstrap peer and, unless `dht: false`, its DHT routing table is not
+ * empty. Throws `BOOTSTRAP_UNREACHABLE` (exit 1) when that does not happen
+ * and `DATA_DIR_LOCKED` when another process holds the data directory.
+ */
+export async function openClient (init: ClientInit): Promise<Client> {
+  const datastore = await openDataDir(init.dataDir)
+  let node: IoaNode | undefined
+  let closing: Promise<void> | undefined
+  const close = async (): Promise<void> => {
+    closing ??= (async () => {
+      await node?.stop().catch(() => {})
+      await datastore.close().catch(() => {})
+    })()
+    await closing
+  }
+  try {
+    node = await createIoaNode({
+      listen: ['/ip4/127.0.0.1/tcp/0'],
+      bootstrap: [],
+      datastore,
+      // a client asks the DHT but does not serve it: other peers keep it out of their tables
+      transport: { dhtClientMode: true },
+      interconnect: { publish: false }
+    })
+    const connected = await joinNetwork(node, init)
+    return { node, connected, close }
+  } catch (err) {
+    await close()
+    throw err
+  }
+}
+
+/** Run `fn` with a client node that is closed afterwards, whatever happens */
+export async function withClient<T> (init: ClientInit, fn: (client: Client) => Promise<T>): Promise<T> {
+  const client = await openClient(init)
+  try {
+    return await fn(client)
+  } finally {
+    await client.close()
+  }
+}
+
+async function openDataDir (dir: string): Promise<LevelDatastore> {
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 })
+  } catch (err: any) {
+    throw new CliError('DATA_DIR_UNAVAILABLE', `Cannot create the data directory ${dir}: ${err?.code ?? err?.message ?? err}`, { exit: 2, field: '--data-dir' })
+  }
+  const store = new LevelDatastore(dir)
+  try {
+    await store.open()
+  } catch (err) {
+    throw await dataDirError(dir, err)
+  }
+  return store
+}
+
+/**
+ * The error to report when a LevelDB data directory does not open. LevelDB
+ * locks its LOCK file: when that file exists, another process holds the
+ * directory (datastore-level keeps only the message of the cause).
+ */
+export async function dataDirError (dir: string, err: unknown): Promise<CliError> {
+  const locked = await access(join(dir, 'LOCK')).then(() => true, () => false)
+  if (locked) {
+    return new CliError('DATA_DIR_LOCKED', `The data directory ${dir} is in use by another ioa process (one at a time): wait for it to finish, or pass --data-dir <another dir>`, { field: '--data-dir' })
+  }
+  return new CliError('DATA_DIR_UNAVAILABLE', `Cannot open the data directory ${dir}: ${oneLine(String((err as Error)?.message ?? err))}`, { field: '--data-dir' })
+}
+
+/** Dial the bootstrap peers, then wait for a DHT peer; returns the peers connected to */
+async function joinNetwork (node: IoaNode, init: ClientInit): Promise<string[]> {
+  const started = Date.now()
+  const signal = AbortSignal.any([init.signal, AbortSignal.timeout(init.timeout)])
+  const n = init.bootstrap.length
+  init.out.progress(`connecting to ${n} bootstrap peer${n === 1 ? '' : 's'}…`)
+  const failures: string[] = []
+  const connected: string[] = []
+  await Promise.all(init.bootstrap.map(async addr => {
+    try {
+      await node.transport.dial(multiaddr(addr), { signal })
+      connected.push(peerOf(addr))
+    } catch (err: any) {
+      failures.push(`${addr}: ${oneLine(String(err?.message ?? err), 200)}`)
+    }
+  }))
+  init.signal.throwIfAborted()
+  if (connected.length === 0) {
+    const why = signal.aborted ? `no answer within ${init.timeout} ms` : failures[0]
+    throw new CliError('BOOTSTRAP_UNREACHABLE', `No bootstrap peer reachable (${why})`, { field: '--bootstrap' })
+  }
+  if (init.dht !== false) {
+    while (routingTableSize(node) === 0) {
+      init.signal.throwIfAborted()
+      if (signal.aborted) {
+        throw new CliError('BOOTSTRAP_UNREACHABLE', `Connected to ${connected.length} bootstrap peer(s) but found no DHT peer within ${init.timeout} ms (do they run an ioa node?)`, { field: '--bootstrap' })
+      }
+      await new Promise(resolve => setTimeout(resolve, 25))
+    }
+  }
+  init.out.progress(`connected to ${connected.length} of ${n} (${Date.now() - started} ms)`)
+  return connected
+}
+
+/** Entries of the node's DHT routing table */
+function routingTableSize (node: IoaNode): number {
+  // `routingTable` is on kad-dht's implementation, not on the KadDHT interface
+  const size = (node.transport.services.dht as unknown as { routingTable?: { size?: unknown } }).routingTable?.size
+  return typeof size === 'number' ? size : node.transport.getPeers().length
+}

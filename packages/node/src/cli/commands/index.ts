@@ -1,0 +1,26 @@
+/**
+ * Every command of the `ioa` tool, in the order of `ioa --help`.
+ */
+import { agentsCommand } from './agents.js'
+import { cardCommand } from './card.js'
+import { delegateCommand } from './delegate.js'
+import { discoverCommand } from './discover.js'
+import { keyNewCommand, keyShowCommand } from './key.js'
+import { revokeCommand } from './revoke.js'
+import { startCommand } from './start.js'
+import { submitCommand } from './submit.js'
+import { taskCommand } from './task.js'
+import type { CommandSpec } from '../args.js'
+
+export const COMMANDS: readonly CommandSpec[] = [
+  startCommand,
+  keyNewCommand,
+  keyShowCommand,
+  agentsCommand,
+  discoverCommand,
+  cardCommand,
+  delegateCommand,
+  revokeCommand,
+  submitCommand,
+  taskCommand
+]

@@ -1,0 +1,195 @@
+/**
+ * `ioa start`: run a node from a config file until SIGINT / SIGTERM. With
+ * `--json` its stdout is a stream of JSON lines: `ready`, one `event` per
+ * node event, `stopped` (docs/cli.md, "ioa start --json").
+ */
+import { resolve } from 'node:path'
+import { parseMultiaddr } from '../args.js'
+import { UsageError, errorReport } from '../errors.js'
+import { compact, elapsed } from '../output.js'
+import type { NodeConfig } from '../../config.js'
+import type { NodeLogEvent, StartedNode } from '../../start.js'
+import type { Args, CommandContext, CommandSpec } from '../args.js'
+import type { Output } from '../output.js'
+
+/** The first line of `ioa start --json` */
+export interface ReadyLine {
+  type: 'ready'
+  peerId: string
+  /** Dialable addresses, each ending with /p2p/<peerId> */
+  addresses: string[]
+  domain: string
+  agents: Array<{ key: string, did: string, name: string, skills: string[], kind: 'module' | 'command' | 'card' }>
+  /** The domain gateway, when the config runs one: its domain and the addresses of its inner node */
+  gateway: null | { domain: string, addresses: string[] }
+}
+
+/** One node event of `ioa start --json` */
+export interface EventLine {
+  type: 'event'
+  /** ms since the Unix epoch */
+  at: number
+  /** An agent's config key, or `node` */
+  source: string
+  event: string
+  data: Record<string, unknown>
+}
+
+export const startCommand: CommandSpec = {
+  name: 'start',
+  summary: 'run a node (its agents, gateway) from a config file until Ctrl-C',
+  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--gateway-bootstrap <multiaddr>]... [--json]'],
+  description: [
+    'Starts the node described by the config file (see docs/cli.md and the config reference), with the',
+    'flags replacing the config\'s fields, and prints what happens until SIGINT or SIGTERM stops it.',
+    'With --json, stdout carries JSON lines: {"type":"ready",…} first, then {"type":"event",…} per',
+    'event, and {"type":"stopped"} after a clean stop.'
+  ].join('\n'),
+  options: {
+    config: { type: 'string', value: '<file>', description: 'the node\'s JSON config file (default: an empty config)' },
+    listen: { type: 'string', multiple: true, value: '<multiaddr>', description: 'address to listen on (replaces the config\'s listen)' },
+    bootstrap: { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer to join through, with /p2p/ (replaces the config\'s bootstrap)' },
+    'data-dir': { type: 'string', value: '<dir>', description: 'LevelDB state directory (replaces the config\'s dataDir; default: in memory)' },
+    domain: { type: 'string', value: '<domain>', description: 'domain of the hosted agents (replaces the config\'s domain)' },
+    'gateway-bootstrap': { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer of the domain network the gateway joins (sets gateway.bootstrap)' }
+  },
+  examples: [
+    'ioa start --config node.json',
+    'ioa start --config hotel.json --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW… --json'
+  ],
+  run: runStart
+}
+
+/** The config of the file with the flags applied, validated */
+export async function startConfig (args: Args, cwd: string): Promise<NodeConfig> {
+  const { loadConfig, parseConfig } = await import('../../config.js')
+  const file = args.string('config')
+  const base: NodeConfig = file != null ? await loadConfig(resolve(cwd, file)) : {}
+  const config: NodeConfig = { ...base }
+  const listen = await Promise.all(args.strings('listen').map(async a => parseMultiaddr(a, '--listen', false)))
+  if (listen.length > 0) config.listen = listen
+  const bootstrap = await Promise.all(args.strings('bootstrap').map(async a => parseMultiaddr(a, '--bootstrap', true)))
+  if (bootstrap.length > 0) config.bootstrap = bootstrap
+  const dataDir = args.string('data-dir')
+  if (dataDir != null) config.dataDir = resolve(cwd, dataDir)
+  const domain = args.string('domain')
+  if (domain != null) config.domain = domain
+  const gatewayBootstrap = await Promise.all(args.strings('gateway-bootstrap').map(async a => parseMultiaddr(a, '--gateway-bootstrap', true)))
+  if (gatewayBootstrap.length > 0) {
+    if (config.gateway == null) throw new UsageError('--gateway-bootstrap: the config runs no gateway (add a "gateway" section)', '--gateway-bootstrap')
+    config.gateway = { ...config.gateway, bootstrap: gatewayBootstrap }
+  }
+  return parseConfig(config)
+}
+
+/** An address with the node's /p2p/ suffix */
+function withPeer (addr: string, peerId: string): string {
+  return addr.includes('/p2p/') ? addr : `${addr}/p2p/${peerId}`
+}
+
+export function readyLine (started: StartedNode): ReadyLine {
+  const node = started.node
+  const peerId = node.transport.peerId.toString()
+  const gateway = node.gateway
+  return {
+    type: 'ready',
+    peerId,
+    addresses: node.addresses().map(a => withPeer(a, peerId)),
+    domain: node.interconnect.domain,
+    agents: started.agents.map(r => ({
+      key: r.config.key,
+      did: r.agent.did,
+      name: r.agent.card.card.name,
+      skills: r.agent.card.card.skills.map(s => s.id),
+      kind: r.kind
+    })),
+    gateway: gateway != null
+      ? { domain: gateway.gateway.domain, addresses: gateway.addresses().map(a => withPeer(a, gateway.inner.peerId.toString())) }
+      : null
+  }
+}
+
+async function runStart (args: Args, ctx: CommandContext): Promise<number> {
+  const out = ctx.out
+  const t0 = Date.now()
+  const config = await startConfig(args, ctx.cwd)
+
+  // events that happen while the node starts wait for the ready line
+  let pending: NodeLogEvent[] | undefined = []
+  const write = (e: NodeLogEvent): void => { printEvent(out, e, t0) }
+  const onEvent = (e: NodeLogEvent): void => {
+    if (pending != null) {
+      if (pending.length < 10_000) pending.push(e)
+      return
+    }
+    write(e)
+  }
+
+  out.progress('starting the node…')
+  const { startFromConfig } = await import('../../start.js')
+  let started: StartedNode
+  try {
+    started = await startFromConfig(config, { onEvent })
+  } catch (err) {
+    if ((err as Error)?.name === 'OpenFailedError' && config.dataDir != null) {
+      const { dataDirError } = await import('../client.js')
+      throw await dataDirError(config.dataDir, err)
+    }
+    throw err
+  }
+  const ready = readyLine(started)
+  if (out.json) out.emit(ready)
+  else printHeader(out, ready, t0)
+  const early = pending
+  pending = undefined
+  for (const e of early) write(e)
+
+  // when the agents' DHT announcements have been made (or tried), say so
+  if (ready.agents.length > 0) {
+    void started.node.interconnect.announced({ signal: ctx.signal }).then(() => {
+      if (!ctx.signal.aborted) onEvent({ at: Date.now(), source: 'node', event: 'announced', data: { agents: ready.agents.length } })
+    }, () => {})
+  }
+
+  if (!ctx.signal.aborted) {
+    await new Promise<void>(resolve => { ctx.signal.addEventListener('abort', () => { resolve() }, { once: true }) })
+  }
+  out.progress('stopping…')
+  try {
+    await started.stop()
+  } catch (err) {
+    return out.error({ ...errorReport(err), message: `stop failed: ${errorReport(err).message}` })
+  }
+  if (out.json) out.emit({ type: 'stopped' })
+  else out.print(`${elapsed(Date.now(), t0)}  node  stopped`)
+  return 0
+}
+
+function printHeader (out: Output, ready: ReadyLine, t0: number): void {
+  out.print(`node ${ready.peerId}  (domain ${ready.domain}, up in ${Date.now() - t0} ms)`)
+  out.print('listening on')
+  for (const a of ready.addresses) out.print(`  ${a}`)
+  if (ready.agents.length === 0) out.print('agents: none')
+  else out.print('agents')
+  for (const a of ready.agents) {
+    out.print(`  ${a.key}  ${a.name}  [${a.kind}]`)
+    out.print(`    did     ${a.did}`)
+    out.print(`    skills  ${a.skills.join(', ')}`)
+  }
+  if (ready.gateway != null) {
+    out.print(`gateway of ${ready.gateway.domain}; its domain network joins through`)
+    for (const a of ready.gateway.addresses) out.print(`  ${a}`)
+  }
+  out.print('press Ctrl-C to stop')
+  out.print('')
+}
+
+function printEvent (out: Output, e: NodeLogEvent, t0: number): void {
+  if (out.json) {
+    const line: EventLine = { type: 'event', at: e.at, source: e.source, event: e.event, data: e.data ?? {} }
+    out.emit(line)
+    return
+  }
+  const text = typeof e.data?.text === 'string' ? e.data.text : compact(e.data)
+  out.print(`${elapsed(e.at, t0)}  ${e.source}  ${e.event}  ${text}`)
+}

@@ -1,0 +1,55 @@
+/**
+ * Delegation tokens on the command line: one token is the base64url (no
+ * padding) of its DAG-CBOR encoding (`encodeToken`). A `@file` argument may
+ * hold several, separated by white space.
+ */
+import { TOKEN_LIMITS, decodeToken, encodeToken, tokenCid } from '@ioa/collab'
+import { readArgument } from './args.js'
+import { UsageError, oneLine } from './errors.js'
+import type { Token, TokenPayload } from '@ioa/collab'
+
+const BASE64URL = /^[A-Za-z0-9_-]+$/
+/** Characters of the base64url of the largest token */
+const MAX_TOKEN_CHARS = Math.ceil(TOKEN_LIMITS.maxTokenBytes * 4 / 3)
+
+export function tokenToString (token: Token): string {
+  return Buffer.from(encodeToken(token)).toString('base64url')
+}
+
+/** Decode one token string; throws a usage error with the token's error code */
+export function tokenFromString (text: string, flag: string): Token {
+  const s = text.trim()
+  if (s.length === 0 || s.length > MAX_TOKEN_CHARS || !BASE64URL.test(s)) {
+    throw new UsageError(`${flag}: not a token (base64url of a DAG-CBOR token, at most ${TOKEN_LIMITS.maxTokenBytes} bytes)`, flag, 'INVALID_TOKEN')
+  }
+  try {
+    return decodeToken(new Uint8Array(Buffer.from(s, 'base64url')))
+  } catch (err: any) {
+    throw new UsageError(`${flag}: ${oneLine(String(err?.message ?? err))}`, flag, typeof err?.code === 'string' ? err.code : 'INVALID_TOKEN')
+  }
+}
+
+/** The tokens of `--proof`-like arguments: token strings, or `@file`s of white-space separated tokens */
+export async function readTokens (values: string[], flag: string, cwd: string): Promise<Token[]> {
+  const out: Token[] = []
+  for (const v of values) {
+    const text = await readArgument(v, flag, cwd)
+    for (const word of text.split(/\s+/).filter(w => w !== '')) {
+      out.push(tokenFromString(word, flag))
+      if (out.length > TOKEN_LIMITS.maxPool) throw new UsageError(`${flag}: more than ${TOKEN_LIMITS.maxPool} tokens`, flag)
+    }
+  }
+  return out
+}
+
+/** Exactly one token from a `--token`-like argument */
+export async function readToken (value: string, flag: string, cwd: string): Promise<Token> {
+  const tokens = await readTokens([value], flag, cwd)
+  if (tokens.length !== 1) throw new UsageError(`${flag}: expected one token, got ${tokens.length}`, flag, 'INVALID_TOKEN')
+  return tokens[0]
+}
+
+/** A token as JSON: its string, CID and payload */
+export async function tokenJson (token: Token): Promise<{ token: string, cid: string, payload: TokenPayload }> {
+  return { token: tokenToString(token), cid: (await tokenCid(token)).toString(), payload: token.payload }
+}

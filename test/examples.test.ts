@@ -16,9 +16,13 @@ import {
   AUDIT_PROTOCOL, AuditChainError, AuditError, AuditForbiddenError, GENESIS_HASH, InvalidAuditResponseError, auditLayer, entryHash,
   fetchAudit, verifyAuditChain
 } from '../examples/audit-layer.js'
+import { main as collabMain } from '../examples/collab-orchestration.js'
 import { main as extendMain } from '../examples/extend.js'
+import { main as gatewayMain } from '../examples/gateway.js'
+import { main as discoveryMain } from '../examples/interconnect-discovery.js'
 import { main as interconnectMain } from '../examples/interconnect.js'
 import { main as quickstartMain } from '../examples/quickstart.js'
+import { main as messagingMain } from '../examples/transport-messaging.js'
 import { main as transportMain } from '../examples/transport.js'
 import { delay, expectErrorCode, expectErrorName, readSpecBlock, rejectionOf, toHex } from './util.js'
 import type { AuditEntry, AuditLayer } from '../examples/audit-layer.js'
@@ -310,5 +314,56 @@ describe('examples', () => {
       await client.stop()
       await started.stop()
     }
+  })
+})
+
+describe('examples of the package READMEs', () => {
+  it('transport-messaging.ts serves a unary and a streamed method; breaking out of a stream cancels its handler', async () => {
+    const { echoed, counted, partial, activeHandlers } = await messagingMain({ signal: AbortSignal.timeout(30_000) })
+    expect(echoed).toMatchObject({ echo: { any: 'DAG-CBOR data' } })
+    expect((echoed as { from: string }).from).toMatch(/^12D3KooW/)
+    expect(counted).toEqual([1, 2, 3])
+    expect(partial).toEqual([1, 2])
+    // without the cancel the handler (a million items) would still be running
+    expect(activeHandlers).toBe(0)
+  })
+
+  it('interconnect-discovery.ts finds the hotel agent by capability and tag, ranks it and sends it a message', async () => {
+    const logged: unknown[][] = []
+    const result = await discoveryMain({ log: (...args: unknown[]) => { logged.push(args) }, signal: AbortSignal.timeout(50_000) })
+    expect(result.hotel).toMatch(/^did:key:z/)
+    expect(result.ranked).toEqual([result.hotel])
+    expect(result.answer).toEqual({ booked: true, for: result.traveller })
+    expect(logged).toHaveLength(1)
+    expect(logged[0][0]).toBe('Seaside Hotel')
+    expect(logged[0][1]).toEqual(expect.any(Number))
+  })
+
+  it('gateway.ts reaches an agent of a closed domain through the gateway, with its exported skill only', async () => {
+    const result = await gatewayMain({ signal: AbortSignal.timeout(50_000) })
+    // found through the gateway's outer node, without addresses, with the exported skill only
+    expect(result.found.peer).toBe(result.gatewayPeer)
+    expect(result.found.card.gateways).toEqual([result.gatewayPeer])
+    expect(result.found.card.addrs).toEqual([])
+    expect(result.found.card.skills.map(s => s.id)).toEqual(['travel.hotel.booking'])
+    expect(result.answer).toEqual({ booked: true, skill: 'travel.hotel.booking', request: { nights: 1 } })
+    expect(result.refused).toBe('NOT_EXPORTED')
+    expect(result.direct).not.toBe('reached')
+  })
+
+  it('collab-orchestration.ts plans two steps, finds their providers and runs them under the user\'s delegation', async () => {
+    const lines: string[] = []
+    const { dids, events, steps, booking } = await collabMain({ log: (line: unknown) => { lines.push(String(line)) }, signal: AbortSignal.timeout(50_000) })
+    expect(lines[0]).toBe('plan')
+    expect(lines.at(-1)).toBe('completed')
+    const plan = events.find(e => e.type === 'plan')
+    expect(plan?.type === 'plan' ? plan.plan.steps.map(s => [s.id, s.capability]) : []).toEqual([['route', 'geo.route'], ['hotel', 'travel.hotel.book']])
+    expect(steps.route).toMatchObject({ state: 'completed', providers: [dids.map], result: { stop: { city: 'Lyon' } } })
+    expect(steps.hotel).toMatchObject({ state: 'completed', providers: [dids.hotel] })
+    // the route's stop fed the hotel step; the hotel agent saw the chain user -> car agent -> hotel agent
+    expect(booking).toEqual({ booked: true, city: 'Lyon', guest: dids.user, via: dids.car, links: 2 })
+    // each provider got a token for its step's skill only
+    const delegated = events.flatMap(e => e.type === 'delegated' ? [[e.provider, e.capabilities.map(c => c.skill)]] : [])
+    expect(delegated).toEqual([[dids.map, ['geo.route']], [dids.hotel, ['travel.hotel.book']]])
   })
 })

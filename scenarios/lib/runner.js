@@ -107,7 +107,9 @@ class NodeProcess {
       let hit = false
       try {
         hit = w.match(msg.type === 'event' ? { ...msg, node: this.name } : msg)
-      } catch {}
+      } catch {
+        // a predicate that throws matches nothing
+      }
       if (hit) {
         this.waiters.delete(w)
         w.resolve(msg)

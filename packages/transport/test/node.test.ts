@@ -105,12 +105,27 @@ describe('createTransportNode', () => {
     expect(other.peerId.toString()).not.toBe(id)
   })
 
-  // node.ts closes a LevelDB it opened from `dataDir` in a 'stop' event
-  // listener without awaiting it, so `stop()` resolves while the database
-  // still holds its lock (an immediate reopen failed in 19 of 40 tries), and a
-  // node created with `start: false` that never started never closes it
-  it.todo('can reopen its data directory as soon as stop() has resolved')
-  it.todo('closes the LevelDB of a data directory when a node that never started is stopped')
+  it('can reopen its data directory as soon as stop() has resolved', async () => {
+    const dir = await tempDir()
+    let id: string | undefined
+    // the LevelDB lock must be released by the time stop() resolves, every time
+    for (let i = 0; i < 8; i++) {
+      const node = await makeNode({ ...tcpInit(), dataDir: dir })
+      id ??= node.peerId.toString()
+      expect(node.peerId.toString()).toBe(id)
+      await node.stop()
+    }
+  })
+
+  it('closes the LevelDB of a data directory when a node that never started is stopped', async () => {
+    const dir = await tempDir()
+    const idle = await makeNode({ ...tcpInit(), dataDir: dir, start: false })
+    const id = idle.peerId.toString()
+    await idle.stop()
+    const again = await makeNode({ ...tcpInit(), dataDir: dir })
+    expect(again.peerId.toString()).toBe(id)
+    await again.stop()
+  })
 
   it('keeps its peer id across restarts from the same datastore instance', async () => {
     const datastore = new MemoryDatastore()

@@ -125,7 +125,8 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
       const card = { key: a.key, name: a.name, description: a.description, domain: a.domain, skills: a.skills }
       if (a.command != null) {
         const ext = await startExternalAgent(node, {
-          command: a.command,
+          // `node` is the Node.js running this process (PATH may lack it)
+          command: a.command[0] === 'node' ? [process.execPath, ...a.command.slice(1)] : a.command,
           card,
           options: a.options,
           onEvent: (event, data) => emit(a.key, event, data),

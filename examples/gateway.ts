@@ -8,12 +8,11 @@
  * reached directly. Run it with `npm run build && npx tsx examples/gateway.ts`.
  */
 import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { createTransportNode } from '@ioa/transport'
+import { createTransportNode, membersOnlyGater } from '@ioa/transport'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
 import type { DiscoveredAgent, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { PeerId } from '@libp2p/interface'
 
 export interface GatewayResult {
   /** The hotel agent as found from outside */
@@ -39,11 +38,10 @@ async function poll<T> (fn: () => Promise<T | undefined>, signal: AbortSignal): 
 
 /** A node of the domain's own network: it refuses every peer that is not a member */
 async function domainNode (members: Set<string>, bootstrap: string[] = []): Promise<TransportNode> {
-  const stranger = (peer: PeerId): boolean => !members.has(peer.toString())
   const node = await createTransportNode({
     bootstrap,
     dhtProtocol: '/ioa/kad-hotels/1.0.0',  // a DHT of the domain, apart from the public one
-    connectionGater: { denyDialPeer: stranger, denyInboundEncryptedConnection: stranger, denyOutboundEncryptedConnection: stranger },
+    connectionGater: membersOnlyGater(members),
     start: false
   })
   members.add(node.peerId.toString())      // a member before it dials or is dialled

@@ -8,6 +8,7 @@
  * relay applies the gateway's export policy and keeps control calls to the
  * submitting peer.
  */
+import { membersOnlyGater } from '@ioa/transport'
 import { createGateway, createIdentity, createInterconnect, fromRemote as interconnectError } from '@ioa/interconnect'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
@@ -24,7 +25,7 @@ import type { Orchestrator } from '../src/orchestrator.js'
 import type { TaskGateway } from '../src/task-gateway.js'
 import type { SkillContext, TaskEvent, TaskService } from '../src/task-service.js'
 import type { Gateway, HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
-import type { ConnectionGater, PeerId, PrivateKey } from '@libp2p/interface'
+import type { PrivateKey } from '@libp2p/interface'
 
 const DOMAIN = 'hotels.example'
 const INNER_DHT = '/ioa/kad-domain/1.0.0'
@@ -32,11 +33,6 @@ const LEASE = 200
 const POLL = { timeout: 20_000, interval: 200 }
 
 /** Refuses every peer that is not a member of the domain, in both directions */
-function domainGater (members: Set<string>): ConnectionGater {
-  const stranger = (peer: PeerId): boolean => !members.has(peer.toString())
-  return { denyDialPeer: stranger, denyInboundEncryptedConnection: stranger, denyOutboundEncryptedConnection: stranger }
-}
-
 describe('tasks through a gateway (TCP)', () => {
   // inner: 0 hosts the hotel agent, 1 is the gateway's inner node
   let inner: Network
@@ -70,7 +66,7 @@ describe('tasks through a gateway (TCP)', () => {
     inner = await startNetwork({
       size: 2,
       topology: 'full',
-      nodeInit: i => ({ privateKey: keys[i], dhtProtocol: INNER_DHT, connectionGater: domainGater(members) })
+      nodeInit: i => ({ privateKey: keys[i], dhtProtocol: INNER_DHT, connectionGater: membersOnlyGater(members) })
     })
     outer = await startNetwork({ size: 4, topology: 'full' })
     await Promise.all([inner.waitForRoutingTables(1, { timeout: 20_000 }), outer.waitForRoutingTables(3, { timeout: 20_000 })])

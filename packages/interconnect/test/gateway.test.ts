@@ -6,6 +6,7 @@
  * either gateway, under the export policy and rate limit, and never reach an
  * inner node directly.
  */
+import { membersOnlyGater } from '@ioa/transport'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -14,7 +15,7 @@ import { rejectionOf, until } from '../../../test/util.js'
 import { CARD_PROTOCOL, createGateway, createInterconnect } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { Gateway, HostedAgent, InboundMessage, Interconnect } from '../src/index.js'
-import type { ConnectionGater, PeerId, PrivateKey } from '@libp2p/interface'
+import type { PrivateKey } from '@libp2p/interface'
 
 const DOMAIN = 'hotels.example'
 const INNER_DHT = '/ioa/kad-domain/1.0.0'
@@ -23,15 +24,6 @@ const INNER_DHT = '/ioa/kad-domain/1.0.0'
 const POLL = { timeout: 20_000, interval: 200 }
 
 /** Refuses every peer that is not a member of the domain, in both directions */
-function domainGater (members: Set<string>): ConnectionGater {
-  const stranger = (peer: PeerId): boolean => !members.has(peer.toString())
-  return {
-    denyDialPeer: stranger,
-    denyInboundEncryptedConnection: stranger,
-    denyOutboundEncryptedConnection: stranger
-  }
-}
-
 describe('agent gateway (TCP)', () => {
   // inner: 0, 1 host agents; 2, 3 are the gateways' inner nodes
   let inner: Network
@@ -58,7 +50,7 @@ describe('agent gateway (TCP)', () => {
     inner = await startNetwork({
       size: 4,
       topology: 'full',
-      nodeInit: i => ({ privateKey: keys[i], dhtProtocol: INNER_DHT, connectionGater: domainGater(members) })
+      nodeInit: i => ({ privateKey: keys[i], dhtProtocol: INNER_DHT, connectionGater: membersOnlyGater(members) })
     })
     outer = await startNetwork({ size: 6, topology: 'full' })
     await Promise.all([

@@ -33,3 +33,4 @@ export {
 export { openDatastore } from './node.js'
 export { AsyncQueue } from './async-queue.js'
 export { TokenBuckets } from './rate-limit.js'
+export { membersOnlyGater } from './gater.js'

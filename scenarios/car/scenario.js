@@ -65,6 +65,20 @@ export default {
       riviera != null && riviera.peer === ctx.node('riviera-gateway').ready.peerId && hidden.length === 0,
       riviera != null ? `card served by ${riviera.peer === ctx.node('riviera-gateway').ready.peerId ? 'the gateway' : riviera.peer}; housekeeping found ${hidden.length}×` : 'Riviera not found')
 
+    // the gateway exports bookings to cars.example only: the driver's phone is refused
+    let refusedCode = 'none'
+    if (riviera != null) {
+      const self = await delegate(driver, { audience: riviera.card.id, capabilities: [{ skill: 'travel.hotel.book' }], expiresAt: Date.now() + 60_000 })
+      try {
+        await ctx.driver.node.tasks.submitAndWait(driver, riviera.card.id, { skill: 'travel.hotel.book', input: { near: { city: 'Lyon' }, nights: 1 }, proofs: [self] }, { signal: ctx.signal })
+        refusedCode = 'accepted'
+      } catch (err) {
+        refusedCode = err?.code ?? String(err)
+      }
+      ctx.timeline('driver', `direct booking request to Riviera Hotels from the phone (people.example): ${refusedCode === 'accepted' ? 'accepted?!' : `refused by the gateway (${refusedCode})`}`)
+    }
+    check('the gateway refuses bookings from other domains', refusedCode === 'NOT_EXPORTED', `direct request from people.example: ${refusedCode}`)
+
     // 2. the driver's consent
     t = Date.now()
     const token = await delegate(driver, {
@@ -115,8 +129,9 @@ export default {
     check('goal completed', result != null, failure != null ? `${failure.code}: ${failure.message}` : `${Date.now() - t} ms`)
     check('failed over from the failing hotel agent', budgetFailed && failovers.some(f => f.fromName === 'Budget Inns'),
       failovers.map(f => `${f.fromName} (${f.code}) → ${f.toName}`).join('; ') || 'no failover')
-    check('booked exactly once, behind the gateway', bookings.length === 1 && bookings[0].node === 'riviera-hotel',
-      bookings.map(b => `${b.node}: ${b.reservation} ${b.amount} ${b.currency}`).join('; ') || 'no booking')
+    const relayed = ctx.node('riviera-gateway').events.filter(e => e.event === 'gateway-relayed' && e.data.skill === 'travel.hotel.book' && e.data.domain === 'cars.example')
+    check('booked exactly once, behind the gateway', bookings.length === 1 && bookings[0].node === 'riviera-hotel' && relayed.length === 1,
+      (bookings.map(b => `${b.node}: ${b.reservation} ${b.amount} ${b.currency}`).join('; ') || 'no booking') + `; relayed by the gateway ${relayed.length}×`)
     const pay = payments[0]
     check('paid once, within the cap', payments.length === 1 && pay.amount <= CAP && pay.amount === bookings[0]?.amount && pay.cap <= CAP,
       pay != null ? `${pay.amount} ${pay.currency} (driver's cap ${CAP}, delegated cap ${pay.cap})` : 'no payment')

@@ -53,7 +53,7 @@ export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskReco
 export { createTaskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './task-service.js'
 export type { TaskService, TaskServiceInit, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './task-service.js'
 export { createTaskGateway, TaskProtocolInUseError } from './task-gateway.js'
-export type { TaskGateway, TaskGatewayInit, TaskGatewayStats } from './task-gateway.js'
+export type { TaskGateway, TaskGatewayInit, TaskGatewayStats, RelayEvent } from './task-gateway.js'
 export { createOrchestrator, subtaskId, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestrator.js'
 export type {
   Orchestrator, OrchestratorInit, OrchestratorEvent, RunOptions, RunResult, RunSummary, StepOutcome, BackoffInit, AttenuateContext

@@ -90,7 +90,20 @@ export interface TaskGatewayInit {
    * @default 10_000
    */
   maxRelayed?: number
+
+  /**
+   * Told of every submit the relay admits or refuses (for logs and
+   * timelines; it must not throw or block)
+   *
+   * @default undefined
+   */
+  onRelay?: (event: RelayEvent) => void
 }
+
+/** A submit that came to the relay */
+export type RelayEvent =
+  | { type: 'relayed', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string }
+  | { type: 'refused', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string, code: string, message: string }
 
 export interface TaskGatewayStats {
   /** Relayed calls the domain answered (a stream counts when it ends) */
@@ -166,6 +179,7 @@ class DefaultTaskGateway implements TaskGateway {
   private readonly callerLookupTimeout: number
   private readonly callerCacheTtl: number
   private readonly maxRelayed: number
+  private readonly onRelay?: (event: RelayEvent) => void
   /** Relayed tasks (agent "\n" task id) → their outer owner, least recently used first */
   private readonly owners = new Map<string, Owner>()
   /** Caller (did "\n" peer) → its domain, when looked up */
@@ -188,6 +202,7 @@ class DefaultTaskGateway implements TaskGateway {
     this.callerLookupTimeout = checkOption('callerLookupTimeout', init.callerLookupTimeout ?? 2_000)
     this.callerCacheTtl = checkOption('callerCacheTtl', init.callerCacheTtl ?? 30_000, 0)
     this.maxRelayed = checkOption('maxRelayed', init.maxRelayed ?? 10_000)
+    this.onRelay = init.onRelay
   }
 
   // ---- lifecycle ---------------------------------------------------------
@@ -233,6 +248,14 @@ class DefaultTaskGateway implements TaskGateway {
     this.owners.delete(key)
     this.owners.set(key, owner)
     while (this.owners.size > this.maxRelayed) this.owners.delete(this.owners.keys().next().value as string)
+  }
+
+  private tell (event: RelayEvent): void {
+    try {
+      this.onRelay?.(event)
+    } catch {
+      // a listener's failure is its own
+    }
   }
 
   /** Run `fn`; what it throws counts as refused */
@@ -355,11 +378,19 @@ class DefaultTaskGateway implements TaskGateway {
     const domain = this.gateway.isExportedAgent(to) ? await this.callerDomain(from, peer, ctx.signal) : undefined
     const key = DefaultTaskGateway.key(to, task)
     const owner: Owner = { peer, skill, ...(domain != null ? { domain } : {}) }
-    this.refuse(() => {
-      this.gateway.admit(to, skill, owner)
-      const known = this.owners.get(key)
-      if (known != null && known.peer !== peer) throw new UnauthorizedError(`Task ${task} of ${to} was submitted through this gateway by another peer`)
-    })
+    const base = { agent: to, skill, taskId: task, from, peer, ...(domain != null ? { domain } : {}) }
+    try {
+      this.refuse(() => {
+        this.gateway.admit(to, skill, owner)
+        const known = this.owners.get(key)
+        if (known != null && known.peer !== peer) throw new UnauthorizedError(`Task ${task} of ${to} was submitted through this gateway by another peer`)
+      })
+    } catch (err) {
+      const e = err as { code?: unknown, message?: unknown }
+      this.tell({ type: 'refused', ...base, code: typeof e?.code === 'string' ? e.code : 'REFUSED', message: String(e?.message ?? err) })
+      throw err
+    }
+    this.tell({ type: 'relayed', ...base })
     // held from now on, so that a concurrent submit of the id from another peer is refused
     const reserved = !this.owners.has(key)
     if (reserved) this.remember(key, owner)

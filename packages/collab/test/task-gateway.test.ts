@@ -22,7 +22,7 @@ import { createTaskService } from '../src/task-service.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { Token } from '../src/delegation.js'
 import type { Orchestrator } from '../src/orchestrator.js'
-import type { TaskGateway } from '../src/task-gateway.js'
+import type { RelayEvent, TaskGateway } from '../src/task-gateway.js'
 import type { SkillContext, TaskEvent, TaskService } from '../src/task-service.js'
 import type { Gateway, HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
 import type { PrivateKey } from '@libp2p/interface'
@@ -46,6 +46,7 @@ describe('tasks through a gateway (TCP)', () => {
   let partnerTs: TaskService
   let gateway: Gateway
   let relay: TaskGateway
+  const relayEvents: RelayEvent[] = []
   let orchestrator: Orchestrator
   let hotel: HostedAgent
   let traveller: HostedAgent
@@ -133,7 +134,7 @@ describe('tasks through a gateway (TCP)', () => {
       if (gateway.exported().length < 1) await gateway.refresh()
       return gateway.exported().length === 1 || undefined
     }, { ...POLL, what: 'gateway exports' })
-    relay = await createTaskGateway({ gateway, inner: innerIcs[1], outer: outerIcs[3], requestTimeout: 5_000 })
+    relay = await createTaskGateway({ gateway, inner: innerIcs[1], outer: outerIcs[3], requestTimeout: 5_000, onRelay: e => { relayEvents.push(e) } })
 
     orchestrator = createOrchestrator({ ic: outerIcs[0], tasks: requester, agent: traveller, backoff: { initial: 100, max: 500 } })
 
@@ -179,6 +180,7 @@ describe('tasks through a gateway (TCP)', () => {
     expect(seen.find(s => s.task === 'via-gateway-1')).toEqual({ skill: 'travel.hotel.booking', caller: traveller.did, root: user.did, depth: 1, task: 'via-gateway-1' })
     expect(relay.ownerOf(hotel.did, 'via-gateway-1')).toBe(outer.nodes[0].peerId.toString())
     expect(relay.stats().relayed).toBe(before + 1)
+    expect(relayEvents.find(e => e.taskId === 'via-gateway-1')).toMatchObject({ type: 'relayed', agent: hotel.did, skill: 'travel.hotel.booking', from: traveller.did, peer: outer.nodes[0].peerId.toString() })
     // the owner reads it again through the relay
     expect(await requester.get(hotel.did, 'via-gateway-1')).toMatchObject({ state: 'completed', result: { booked: true } })
   })
@@ -197,7 +199,9 @@ describe('tasks through a gateway (TCP)', () => {
     const err = await rejectionOf(requester.submitAndWait(traveller.did, hotel.did, { skill: 'travel.hotel.internal-pricing', input: null, proofs: [travellerToken] }))
     expect(err.code).toBe('NOT_EXPORTED')
     expect((interconnectError(err) as Error).name).toBe('NotExportedError')
+    expect(err.name).toBe('NotExportedError')
     expect(gateway.stats().notExported).toBe(refused + 1)
+    expect(relayEvents.some(e => e.type === 'refused' && e.skill === 'travel.hotel.internal-pricing' && e.code === 'NOT_EXPORTED')).toBe(true)
     expect(seen.some(s => s.skill === 'travel.hotel.internal-pricing')).toBe(false)
   })
 

@@ -8,7 +8,7 @@ import { createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import type { NodeConfig } from './config.js'
 import type {
-  DelegateInit, Orchestrator, OrchestratorInit, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
+  DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
@@ -139,6 +139,8 @@ export type NodeTaskEvent =
 export interface NodeEvents {
   /** Called for every served task's start and end; returns a function that removes the listener */
   onTask(listener: (event: NodeTaskEvent) => void): () => void
+  /** Called for every task submit the node's domain gateway relays or refuses */
+  onGateway(listener: (event: RelayEvent) => void): () => void
 }
 
 export interface HostAgentOptions extends HostAgentInit {
@@ -194,15 +196,16 @@ export class LayerError extends Error {
   }
 }
 
-class TaskEvents implements NodeEvents {
-  private readonly listeners = new Set<(event: NodeTaskEvent) => void>()
+/** Listeners of one kind of event; a listener's failure is its own */
+class Listeners<E> {
+  private readonly listeners = new Set<(event: E) => void>()
 
-  onTask (listener: (event: NodeTaskEvent) => void): () => void {
+  add (listener: (event: E) => void): () => void {
     this.listeners.add(listener)
     return () => { this.listeners.delete(listener) }
   }
 
-  emit (event: NodeTaskEvent): void {
+  emit (event: E): void {
     for (const l of this.listeners) {
       try {
         l(event)
@@ -211,9 +214,22 @@ class TaskEvents implements NodeEvents {
       }
     }
   }
+}
 
-  get active (): boolean {
-    return this.listeners.size > 0
+class TaskEvents implements NodeEvents {
+  readonly tasks = new Listeners<NodeTaskEvent>()
+  readonly gateway = new Listeners<RelayEvent>()
+
+  onTask (listener: (event: NodeTaskEvent) => void): () => void {
+    return this.tasks.add(listener)
+  }
+
+  onGateway (listener: (event: RelayEvent) => void): () => void {
+    return this.gateway.add(listener)
+  }
+
+  emit (event: NodeTaskEvent): void {
+    this.tasks.emit(event)
   }
 }
 
@@ -315,7 +331,7 @@ class DefaultIoaNode implements IoaNode {
       inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, domain: d })
       const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
       // tasks for exported agents are relayed too (this node then serves no tasks itself)
-      const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect }).catch(async (err) => {
+      const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect, onRelay: e => { this.events.gateway.emit(e) } }).catch(async (err) => {
         await gateway.stop().catch(() => {})
         throw err
       })

@@ -111,12 +111,21 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     const { type, ...data } = e
     emit(source, type, data)
   })
+  const offGateway = node.events.onGateway(e => {
+    const { type, ...data } = e
+    const who = `${e.from.slice(0, 16)}…${e.domain != null ? ` of ${e.domain}` : ''}`
+    const text = type === 'relayed'
+      ? `gateway: relayed ${e.skill} from ${who} to ${e.agent.slice(0, 16)}… inside ${node.gateway?.gateway.domain ?? 'the domain'}`
+      : `gateway: refused ${e.skill} from ${who}: ${e.code}`
+    emit('gateway', type === 'relayed' ? 'gateway-relayed' : 'gateway-refused', { ...data, text })
+  })
 
   const stop = async (): Promise<void> => {
     controller.abort()
     for (const impl of impls.reverse()) await Promise.resolve(impl.stop?.()).catch(() => {})
     for (const ext of externals) await ext.stop().catch(() => {})
     offTasks()
+    offGateway()
     await node.stop()
   }
 

@@ -24,6 +24,7 @@ import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
 import { discoveryGroup, hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup } from './collab.js'
+import { nodeGroup } from './node.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -498,7 +499,8 @@ const GROUPS = [
   hostingGroup,
   chainGroup,
   orchestrationGroup,
-  dagGroup
+  dagGroup,
+  nodeGroup
 ]
 
 // ---------------------------------------------------------------------------

@@ -77,20 +77,29 @@ async function multiHop (transport: 'memory' | 'tcp', size: number): Promise<voi
       if (net!.nodes[i].getConnections(P.peerId).length === 0) return
     }
   }
-  await isolate(askerIndex)
-  const A = net.nodes[askerIndex]
-  expect(A.getConnections(P.peerId)).toHaveLength(0)
+  /**
+   * A lookup from node `i` while it has no connection to the provider. On a
+   * loaded machine a DHT walk can time out on slow peers and come back empty:
+   * such a walk is tried again (isolated again first), at most 3 times.
+   */
+  const lookup = async (i: number, capability: string): Promise<Awaited<ReturnType<Interconnect['discoverAll']>>> => {
+    let found: Awaited<ReturnType<Interconnect['discoverAll']>> = []
+    for (let attempt = 0; attempt < 3 && found.length === 0; attempt++) {
+      await isolate(i)
+      expect(net!.nodes[i].getConnections(P.peerId)).toHaveLength(0)
+      found = await ics[i].discoverAll({ capability }, { cache: false, timeout: 20_000 })
+    }
+    return found
+  }
 
   // exact name
-  const exact = await ics[askerIndex].discoverAll({ capability: 'travel.hotel.booking' }, { cache: false, timeout: 20_000 })
+  const exact = await lookup(askerIndex, 'travel.hotel.booking')
   expect(exact.map(r => r.card.id)).toEqual([agent.did])
   expect(exact[0].peer).toBe(P.peerId.toString())
 
   // prefixes, from another far node
-  await isolate(otherIndex)
-  expect(net.nodes[otherIndex].getConnections(P.peerId)).toHaveLength(0)
   for (const prefix of ['travel.hotel', 'travel']) {
-    const found = await ics[otherIndex].discoverAll({ capability: prefix }, { cache: false, timeout: 20_000 })
+    const found = await lookup(otherIndex, prefix)
     expect(found.map(r => r.card.id)).toEqual([agent.did])
   }
 

@@ -69,7 +69,7 @@ beforeAll(async () => {
   const config = join(dir, 'node.json')
   await writeFile(config, JSON.stringify({
     domain: 'demo.example',
-    agents: [{ key: 'echo', name: 'Echo agent', module: ECHO_AGENT, skills: [{ id: 'demo.echo', tags: ['test'] }] }]
+    agents: [{ key: 'echo', name: 'Echo agent', module: ECHO_AGENT, skills: [{ id: 'demo.echo', tags: ['test'] }, { id: 'demo.wait' }] }]
   }))
   node = spawn(process.execPath, [BIN, 'start', '--json', '--config', config], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })
   node.stderr!.setEncoding('utf8').on('data', (c: string) => { nodeStderr += c })
@@ -94,7 +94,7 @@ describe('ioa start --json', () => {
     expect(ready.addresses.length).toBeGreaterThan(0)
     for (const a of ready.addresses) expect(a).toMatch(new RegExp(`^/ip4/127\\.0\\.0\\.1/tcp/\\d+/p2p/${ready.peerId}$`))
     expect(ready.domain).toBe('demo.example')
-    expect(ready.agents).toEqual([{ key: 'echo', did: expect.stringMatching(/^did:key:z6Mk/), name: 'Echo agent', skills: ['demo.echo'], kind: 'module' }])
+    expect(ready.agents).toEqual([{ key: 'echo', did: expect.stringMatching(/^did:key:z6Mk/), name: 'Echo agent', skills: ['demo.echo', 'demo.wait'], kind: 'module' }])
     expect(ready.gateway).toBeNull()
     // the module's log call, made while the node started, comes after the ready line
     const loaded = await until(() => lines.find(l => l.type === 'event' && l.event === 'loaded'), { what: 'the loaded event' })
@@ -144,7 +144,7 @@ describe('looking agents up', () => {
     ])
     const agents = json(asJson)
     expect(agents).toHaveLength(1)
-    expect(agents[0]).toMatchObject({ did: agentDid, name: 'Echo agent', domain: 'demo.example', skills: ['demo.echo'] })
+    expect(agents[0]).toMatchObject({ did: agentDid, name: 'Echo agent', domain: 'demo.example', skills: ['demo.echo', 'demo.wait'] })
     expect(agents[0].card.peer).toBe(ready.peerId)
     expect(human.code).toBe(0)
     expect(human.stdout).toContain(agentDid)
@@ -245,6 +245,36 @@ describe('delegation, tasks and revocation', () => {
     expect(shown.stdout).toContain(`task ${taskId}  demo.echo  completed`)
     expect(stranger.code).toBe(1)
     expect(errorLine(stranger).code).toBe('UNAUTHORIZED')
+  })
+
+  it('ioa task --follow streams a task again after its submitter stopped following, and --cancel cancels it', async () => {
+    /** Start an ioa process, collect its JSON lines, SIGINT it once `until` matches one */
+    const interrupted = async (args: string[], match: (e: any) => boolean): Promise<any> => {
+      const child = spawn(process.execPath, [BIN, ...args], { cwd: dir, env: { ...process.env, IOA_HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] })
+      const seen: any[] = []
+      createInterface({ input: child.stdout! }).on('line', line => { seen.push(JSON.parse(line)) })
+      const hit = await until(() => seen.find(match), { timeout: 30_000, what: `a line of ioa ${args[0]}` })
+      child.kill('SIGINT')
+      await once(child, 'exit')
+      return hit
+    }
+    // a task that runs until canceled; its submitter stops following (the task goes on)
+    const working = await interrupted(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.wait', '--bootstrap', addr, '--json'],
+      e => e.type === 'status' && e.task.state === 'working')
+    const id: string = working.task.id
+    // following it again streams its current state
+    const again = await interrupted(['task', id, '--to', agentDid, '--follow', '--bootstrap', addr, '--json'], e => e.type === 'status')
+    expect(again.task).toMatchObject({ id, state: 'working', messages: ['waiting'] })
+
+    const canceled = await ioa(['task', id, '--to', agentDid, '--cancel', '--bootstrap', addr, '--json'])
+    expect(canceled.code, canceled.stderr).toBe(0)
+    expect(json(canceled)).toMatchObject({ id, state: 'canceled' })
+    const ended = await ioa(['task', id, '--to', agentDid, '--follow', '--bootstrap', addr, '--json'])
+    expect(ended.code).toBe(1)
+    expect(jsonLines(ended.stdout).at(-1)).toMatchObject({ type: 'result', taskId: id, state: 'canceled', error: { code: 'CANCELED' } })
+
+    const both = await ioa(['task', id, '--to', agentDid, '--follow', '--cancel', '--bootstrap', addr])
+    expect(both.code).toBe(2)
   })
 
   it('ioa submit finds the provider by capability and, without proofs, signs its own grant (human output)', async () => {

@@ -121,13 +121,20 @@ async function follow (node: IoaNode, sender: Identity, to: string, request: Req
   const t0 = Date.now()
   if (out.json) out.emit({ type: 'task', taskId, to, skill: request.skill, at: t0 })
   else out.print(`task ${taskId}  ${request.skill} → ${to}`)
+  return followEvents(node.tasks.submit(sender, to, { ...request, taskId }, { signal }), taskId, to, t0, out, signal)
+}
 
+/**
+ * Print a task's events as they come (JSON lines with --json) and end with
+ * its outcome: 0 when it completed, a CliError with its error code otherwise
+ */
+export async function followEvents (events: AsyncIterable<TaskEvent>, taskId: string, to: string, t0: number, out: Output, signal: AbortSignal): Promise<number> {
   let last: TaskSnapshot | undefined
   let lapsed: TaskEvent & { type: 'lapsed' } | undefined
   let shownState: string | undefined
   let shownMessages = 0
   try {
-    for await (const event of node.tasks.submit(sender, to, { ...request, taskId }, { signal })) {
+    for await (const event of events) {
       const at = Date.now()
       if (out.json) out.emit({ ...event, at })
       if (event.type === 'status' || event.type === 'artifact') last = event.task

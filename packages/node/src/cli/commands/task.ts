@@ -11,14 +11,19 @@ import type { CommandSpec } from '../args.js'
 export const taskCommand: CommandSpec = {
   name: 'task',
   summary: 'show a submitted task\'s state, progress and result',
-  usage: ['task <task-id> --to <did> --bootstrap <multiaddr>... [--json]'],
-  description: 'Asks the executing agent for the task\'s snapshot. Only the peer that submitted the task may\nread it: use the same client data directory (--data-dir, $IOA_HOME or ~/.ioa) as ioa submit.',
+  usage: ['task <task-id> --to <did> --bootstrap <multiaddr>... [--follow | --cancel] [--json]'],
+  description: 'Asks the executing agent for the task\'s snapshot; --follow streams its events until it ends (as\nioa submit does), --cancel cancels it. Only the peer that submitted the task may read or cancel\nit: use the same client data directory (--data-dir, $IOA_HOME or ~/.ioa) as ioa submit.',
   positionals: 1,
   options: {
     to: { type: 'string', value: '<did>', description: 'the agent that runs the task' },
+    follow: { type: 'boolean', description: 'stream the task\'s events until it ends; exit 0 only if it completed' },
+    cancel: { type: 'boolean', description: 'cancel the task and show what became of it' },
     ...CLIENT_OPTIONS
   },
-  examples: ['ioa task 6f1c…-… --to did:key:z6Mk… --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW…'],
+  examples: [
+    'ioa task 6f1c…-… --to did:key:z6Mk… --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW…',
+    'ioa task 6f1c…-… --to did:key:z6Mk… --follow --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW…'
+  ],
   async run (args, ctx) {
     const taskId = args.positional(0, 'task-id')
     const [{ TASK_ID_PATTERN }, { withClient }] = await Promise.all([import('@ioa/collab'), import('../client.js')])
@@ -26,8 +31,19 @@ export const taskCommand: CommandSpec = {
     const to = await parseDid(args.required('to'), '--to')
     const timeout = timeoutOf(args)
     const out = ctx.out
-    const task = await withClient({ bootstrap: await bootstrapList(args, ctx), dataDir: clientDataDir(args, ctx), timeout, signal: ctx.signal, out }, async ({ node }) => {
-      return node.tasks.get(to, taskId, { signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(timeout)]) })
+    const following = args.flag('follow')
+    const canceling = args.flag('cancel')
+    if (following && canceling) throw new UsageError('task: give --follow or --cancel, not both', '--cancel')
+    const client = { bootstrap: await bootstrapList(args, ctx), dataDir: clientDataDir(args, ctx), timeout, signal: ctx.signal, out }
+    if (following) {
+      const { followEvents } = await import('./submit.js')
+      return withClient(client, async ({ node }) => {
+        return followEvents(node.tasks.resubscribe(to, taskId, { signal: ctx.signal }), taskId, to, Date.now(), out, ctx.signal)
+      })
+    }
+    const task = await withClient(client, async ({ node }) => {
+      const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeout)])
+      return canceling ? node.tasks.cancel(to, taskId, { signal }) : node.tasks.get(to, taskId, { signal })
     })
     if (out.json) {
       out.emit(task)

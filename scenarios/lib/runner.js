@@ -182,7 +182,10 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   let tmp
   const summary = { ok: false, duration: 0, processes: 0, scenarios: [] }
   let current
+  let stopping = false
   const onEvent = (proc, e) => {
+    // what the nodes say while they shut down is not part of the story
+    if (stopping) return
     if (current != null) current.events++
     const text = describe(e)
     if (text != null) line(e.at, e.source === 'node' ? proc.name : `${proc.name}/${e.source}`, text)
@@ -299,6 +302,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     summary.error = String(err?.message ?? err)
     print(`demo failed: ${summary.error}`)
   } finally {
+    stopping = true
     await driverNode?.stop().catch(() => {})
     await Promise.all([...procs.values()].map(p => p.stop().catch(() => {})))
     if (tmp != null) await rm(tmp, { recursive: true, force: true }).catch(() => {})

@@ -13,7 +13,7 @@
  */
 import { TASK_ID_PATTERN } from '@ioa/collab'
 import { isDid } from '@ioa/interconnect'
-import { ErrorFamily, ERROR_CODE_PATTERN, InvalidArgumentError } from '@ioa/transport'
+import { CodedError, ErrorFamily, ERROR_CODE_PATTERN, InvalidArgumentError } from '@ioa/transport'
 import * as dagCbor from '@ipld/dag-cbor'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -42,15 +42,8 @@ export const AUDIT_LIMITS = Object.freeze({
 // errors
 
 /** Base class of the audit errors; `code` is also the wire code */
-export class AuditError extends Error {
+export class AuditError extends CodedError {
   static override name = 'AuditError'
-  readonly code: string
-
-  constructor (code: string, message: string, options?: ErrorOptions) {
-    super(message, options)
-    this.code = code
-    this.name = 'AuditError'
-  }
 }
 
 const family = new ErrorFamily<AuditError>(AuditError)

@@ -3,18 +3,11 @@
  * used on the wire (`spec/collab.md`, "Errors").
  */
 import { fromRemote as interconnectFromRemote } from '@ioa/interconnect'
-import { ErrorFamily } from '@ioa/transport'
+import { CodedError, ErrorFamily } from '@ioa/transport'
 import type { CodedErrorClass } from '@ioa/transport'
 
-export class CollabError extends Error {
+export class CollabError extends CodedError {
   static override name = 'CollabError'
-  readonly code: string
-
-  constructor (code: string, message: string, options?: ErrorOptions) {
-    super(message, options)
-    this.code = code
-    this.name = 'CollabError'
-  }
 }
 
 export type CollabErrorClass = CodedErrorClass<CollabError>

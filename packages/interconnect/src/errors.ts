@@ -2,18 +2,11 @@
  * Error classes of the interconnect layer. Each has a stable `code` that is
  * also used on the wire (see `spec/interconnect.md`, "Errors").
  */
-import { ErrorFamily } from '@ioa/transport'
+import { CodedError, ErrorFamily } from '@ioa/transport'
 import type { CodedErrorClass } from '@ioa/transport'
 
-export class InterconnectError extends Error {
+export class InterconnectError extends CodedError {
   static override name = 'InterconnectError'
-  readonly code: string
-
-  constructor (code: string, message: string, options?: ErrorOptions) {
-    super(message, options)
-    this.code = code
-    this.name = 'InterconnectError'
-  }
 }
 
 export type InterconnectErrorClass = CodedErrorClass<InterconnectError>

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { DeadlineExceededError, NoProviderError, TASK_ID_PATTERN, UnauthorizedError, capabilityCovers, capabilityFor } from '@ioa/collab'
 import { CARD_LIMITS, SkillSchema, isCapability, isDid } from '@ioa/interconnect'
-import { CanceledError, ERROR_CODE_PATTERN, ErrorFamily } from '@ioa/transport'
+import { CanceledError, CodedError, ERROR_CODE_PATTERN, ErrorFamily } from '@ioa/transport'
 import type { HostAgentOptions, IoaNode } from './ioa-node.js'
 import type { Capability, SkillContext, SkillHandler, Token } from '@ioa/collab'
 import type { Did, HostedAgent, SkillInit } from '@ioa/interconnect'
@@ -49,15 +49,8 @@ const KILL_WAIT = 5_000
 // ---- errors ----------------------------------------------------------------
 
 /** Base class of the external agent errors; `code` is stable */
-export class ExternalAgentError extends Error {
+export class ExternalAgentError extends CodedError {
   static override name = 'ExternalAgentError'
-  readonly code: string
-
-  constructor (code: string, message: string, options?: ErrorOptions) {
-    super(message, options)
-    this.code = code
-    this.name = 'ExternalAgentError'
-  }
 }
 
 const family = new ErrorFamily<ExternalAgentError>(ExternalAgentError)
@@ -82,10 +75,6 @@ export const TooManyTasksError = family.define('TooManyTasksError', 'TOO_MANY_TA
 /** The error a program reported for a task (`{"type":"error"}`): its code is the program's */
 export class AgentTaskError extends ExternalAgentError {
   static override name = 'AgentTaskError'
-  constructor (code: string, message: string) {
-    super(code, message)
-    this.name = AgentTaskError.name
-  }
 }
 
 // ---- public types ----------------------------------------------------------

@@ -4,7 +4,7 @@
  */
 import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGateway, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
 import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { createTransportNode, openDatastore } from '@ioa/transport'
+import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import type { NodeConfig } from './config.js'
 import type {
@@ -187,12 +187,10 @@ export interface IoaNode {
 }
 
 /** A custom layer is malformed or failed to start */
-export class LayerError extends Error {
+export class LayerError extends CodedError {
   static override name = 'LayerError'
-  readonly code = 'LAYER_FAILED'
   constructor (message: string, options?: ErrorOptions) {
-    super(message, options)
-    this.name = LayerError.name
+    super('LAYER_FAILED', message, options)
   }
 }
 

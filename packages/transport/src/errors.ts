@@ -215,6 +215,22 @@ export interface CodedErrorClass<E extends Error & { code: string }> {
 }
 
 /**
+ * Base class of a family of coded errors (a layer's, an extension's): a
+ * subclass needs only its `static name`, which becomes the instances' `name`
+ */
+export class CodedError extends Error {
+  static override name = 'CodedError'
+  /** The stable code (also the wire code of errors that cross the network) */
+  readonly code: string
+
+  constructor (code: string, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.code = code
+    this.name = new.target.name
+  }
+}
+
+/**
  * A family of coded error classes sharing one base class, as the upper layers
  * define them: `define()` makes a named class per code, and `fromRemote()`
  * turns an error received from a peer (a {@link RemoteError} with one of the

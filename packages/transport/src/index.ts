@@ -28,7 +28,8 @@ export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
   TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
   InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
-  ErrorFamily
+  ErrorFamily,
+  CodedError
 } from './errors.js'
 export { openDatastore } from './node.js'
 export { AsyncQueue } from './async-queue.js'

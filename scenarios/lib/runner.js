@@ -5,13 +5,12 @@
 // everything. Each scenario is a module `scenarios/<name>/scenario.js`
 // (contract: scenarios/README.md).
 import { spawn } from 'node:child_process'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { createIoaNode, loadConfig } from '@ioa/node'
-import { identityFromPrivateKey } from '@ioa/interconnect'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+import { createIdentity } from '@ioa/interconnect'
+import { createIoaNode, loadConfig, readKeyFile } from '@ioa/node'
 
 export const SCENARIOS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const ROOT = resolve(SCENARIOS_DIR, '..')
@@ -25,18 +24,6 @@ const SCENARIO_TIMEOUT = 40_000
 const STOP_GRACE = 3_000
 /** Most events kept per node process */
 const MAX_EVENTS = 5_000
-
-/** Read a key file `{ type: 'ed25519', seed: <64 hex>, did }` (the `ioa key` format) */
-export async function readKeyFile (path) {
-  const file = JSON.parse(await readFile(path, 'utf8'))
-  if (file?.type !== 'ed25519' || typeof file.seed !== 'string' || !/^[0-9a-f]{64}$/i.test(file.seed)) {
-    throw new Error(`${path} is not an ed25519 key file`)
-  }
-  const key = await generateKeyPairFromSeed('Ed25519', Uint8Array.from(Buffer.from(file.seed, 'hex')))
-  const identity = identityFromPrivateKey(key)
-  if (file.did != null && file.did !== identity.did) throw new Error(`${path}: did does not match the seed`)
-  return identity
-}
 
 function timeoutSignal (ms, outer) {
   return outer != null ? AbortSignal.any([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
@@ -241,7 +228,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
       print('')
       print(`── ${def.title ?? def.name} ──`)
       current = { events: 0 }
-      const identity = def.userKey != null ? await readKeyFile(join(SCENARIOS_DIR, def.userKey)) : undefined
+      const identity = def.userKey != null ? (await readKeyFile(def.userKey, SCENARIOS_DIR)).identity : await createIdentity()
       const signal = AbortSignal.timeout(def.timeout ?? SCENARIO_TIMEOUT)
       const nodes = def.nodes.map(n => procs.get(n.name))
       const ctx = {

@@ -17,9 +17,7 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { delegate } from '@ioa/collab'
-import { identityFromPrivateKey } from '@ioa/interconnect'
-import { createIoaNode, loadConfig, startFromConfig } from '@ioa/node'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+import { createIoaNode, loadConfig, readKeyFile, startFromConfig } from '@ioa/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { expectErrorCode, until } from '../util.js'
 import type { Identity } from '@ioa/interconnect'
@@ -28,7 +26,6 @@ import type { ChildProcessWithoutNullStreams } from 'node:child_process'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const HOME = join(ROOT, 'scenarios', 'home')
-const HOMEOWNER_SEED = '9fc62792ed72d86d8c4ed72e0345686d84a132506250e97f6f7446ffe66b5af5'
 
 /** A module of scenarios/home (plain JavaScript, untyped) */
 async function load (relative: string): Promise<any> {
@@ -282,7 +279,7 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
     nodes.push(server.started, r2.started, drone.started)
     r1 = robot1
     for (const v of [server.view, r2.view, drone.view, r1.view]) views.set(v.name, v)
-    homeowner = identityFromPrivateKey(await generateKeyPairFromSeed('Ed25519', Uint8Array.from(Buffer.from(HOMEOWNER_SEED, 'hex'))))
+    homeowner = (await readKeyFile(join(ROOT, 'scenarios', 'keys', 'homeowner.json'), ROOT)).identity
     driver = await createIoaNode({ domain: 'people.example', bootstrap: [bootstrap] })
   }, 60_000)
 

@@ -22,3 +22,5 @@ export {
   UnsupportedProtocolError, SkillMismatchError, AgentProtocolError, LineTooLongError, AgentExitedError, TooManyTasksError, AgentTaskError
 } from './external-agent.js'
 export type { ExternalAgent, ExternalAgentInit } from './external-agent.js'
+export { readKeyFile, parseKeyFile } from './cli/keyfile.js'
+export type { KeyFile } from './cli/keyfile.js'

@@ -24,6 +24,7 @@ import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
 import { discoveryGroup, hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup } from './collab.js'
+import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
 
 // ---------------------------------------------------------------------------
@@ -121,12 +122,6 @@ function deferred () {
   return { promise, resolve, reject }
 }
 
-/** Nearest-rank percentile of sorted samples */
-function percentile (sorted, p) {
-  const rank = Math.ceil((p / 100) * sorted.length)
-  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1]
-}
-
 function checkEcho (sent, received) {
   if (received?.byteLength !== sent.byteLength) {
     throw new Error(`Echo returned ${received?.byteLength} bytes, sent ${sent.byteLength}`)
@@ -147,30 +142,6 @@ async function timeSequential (call, payload, count, samples, offset) {
 }
 
 /**
- * Keep `depth` calls in flight for `ms`; returns completed calls and elapsed ms
- * (the calls still in flight at the deadline are waited for and counted)
- */
-async function pipelined (call, payload, depth, ms) {
-  let done = 0
-  const t0 = performance.now()
-  const end = t0 + ms
-  const worker = async () => {
-    while (performance.now() < end) {
-      checkEcho(payload, await call(payload))
-      done++
-    }
-  }
-  await Promise.all(Array.from({ length: depth }, worker))
-  return { done, elapsed: performance.now() - t0 }
-}
-
-/** `items` rotated left by `n` (round `n` starts with a different path) */
-function rotate (items, n) {
-  const k = n % items.length
-  return [...items.slice(k), ...items.slice(0, k)]
-}
-
-/**
  * Compare `paths` (each `{ name, call }`) on one payload: a warm-up, then RTT
  * of sequential calls (median, p99 in ms) and pipelined throughput (msg/s),
  * the paths taking turns over `rounds`. Returns rows named
@@ -183,7 +154,7 @@ async function comparePaths (paths, payload, label, profile, progress) {
   progress(`warm-up ${label}`)
   for (const path of paths) {
     await timeSequential(path.call, payload, rttWarmup, new Float64Array(rttWarmup), 0)
-    await pipelined(path.call, payload, depth, throughputWarmupMs)
+    await pipelined(path.call, { depth, ms: throughputWarmupMs, input: () => payload, check: checkEcho })
   }
 
   progress(`rtt ${label}: ${rttCount} sequential requests per path`)
@@ -200,7 +171,7 @@ async function comparePaths (paths, payload, label, profile, progress) {
   const totals = new Map(paths.map(p => [p.name, { done: 0, elapsed: 0 }]))
   for (let r = 0; r < rounds; r++) {
     for (const path of rotate(paths, r)) {
-      const { done, elapsed } = await pipelined(path.call, payload, depth, throughputMs / rounds)
+      const { done, elapsed } = await pipelined(path.call, { depth, ms: throughputMs / rounds, input: () => payload, check: checkEcho })
       const t = totals.get(path.name)
       t.done += done
       t.elapsed += elapsed

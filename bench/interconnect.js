@@ -10,13 +10,9 @@
 //   made without a node (the baseline).
 import { createTransportNode } from '@ioa/transport'
 import { capabilityCid, createIdentity, createInterconnect, signCard } from '@ioa/interconnect'
+import { percentile } from './measure.js'
 
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
-
-function percentile (sorted, p) {
-  if (sorted.length === 0) return NaN
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]
-}
 
 async function mapLimit (items, limit, fn) {
   const out = new Array(items.length)

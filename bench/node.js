@@ -24,6 +24,7 @@ import { delegate } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { createIoaNode, startExternalAgent } from '@ioa/node'
 import { createTransportNode } from '@ioa/transport'
+import { percentile, pipelined, rotate } from './measure.js'
 
 const LISTEN = ['/ip4/127.0.0.1/tcp/0']
 /** Both kinds of node get the same transports, so start-up compares like with like */
@@ -70,18 +71,6 @@ function row (name, value, unit, baseline) {
   return { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null }
 }
 
-/** Nearest-rank percentile of sorted samples */
-function percentile (sorted, p) {
-  if (sorted.length === 0) return NaN
-  return sorted[Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length))) - 1]
-}
-
-/** `items` rotated left by `n`, so that every round starts with another path */
-function rotate (items, n) {
-  const k = n % items.length
-  return [...items.slice(k), ...items.slice(0, k)]
-}
-
 async function until (fn, timeout, what) {
   const end = Date.now() + timeout
   while (true) {
@@ -114,21 +103,6 @@ async function sequential (call, count, samples) {
     samples.push(performance.now() - t0)
     checkEcho(input, output)
   }
-}
-
-/** Keep `depth` calls in flight for `ms`; the calls in flight at the deadline are waited for and counted */
-async function pipelined (call, depth, ms) {
-  let done = 0
-  const t0 = performance.now()
-  const end = t0 + ms
-  await Promise.all(Array.from({ length: depth }, async () => {
-    while (performance.now() < end) {
-      const input = nextInput()
-      checkEcho(input, await call(input))
-      done++
-    }
-  }))
-  return { done, elapsed: performance.now() - t0 }
 }
 
 /**
@@ -209,7 +183,7 @@ async function measurePaths (paths, profile, progress) {
   progress(`warm-up: ${rttWarmup} sequential and ${throughputWarmupMs} ms at ${DEPTH} in flight per path`)
   for (const p of paths) {
     await sequential(p.call, rttWarmup, [])
-    await pipelined(p.call, DEPTH, throughputWarmupMs)
+    await pipelined(p.call, { depth: DEPTH, ms: throughputWarmupMs, input: nextInput, check: checkEcho })
   }
 
   progress(`round trips: ${rttCount} sequential requests per path in ${rounds} rounds`)
@@ -223,7 +197,7 @@ async function measurePaths (paths, profile, progress) {
   const totals = new Map(paths.map(p => [p.name, { done: 0, elapsed: 0 }]))
   for (let r = 0; r < rounds; r++) {
     for (const p of rotate(paths, r)) {
-      const { done, elapsed } = await pipelined(p.call, DEPTH, throughputMs / rounds)
+      const { done, elapsed } = await pipelined(p.call, { depth: DEPTH, ms: throughputMs / rounds, input: nextInput, check: checkEcho })
       const t = totals.get(p.name)
       t.done += done
       t.elapsed += elapsed

@@ -79,8 +79,7 @@ export default async function car ({ node, agent, options, log }) {
       'vehicle.assistant.goal': async (input, ctx) => {
         const goal = { intent: String(input?.intent ?? ''), input: { ...(input?.input ?? {}) } }
         // the most the driver allowed to pay is the hotel's price limit
-        const pay = ctx.chain.path[0]?.payload.cap?.find?.(c => c.skill === 'payment.pay') ??
-          ctx.chain.path[0]?.payload.capabilities?.find?.(c => c.skill === 'payment.pay')
+        const pay = ctx.chain.path[0]?.payload.cap.find(c => c.skill === 'payment.pay')
         if (goal.input.maxPrice == null && pay?.constraints?.maxAmount != null) goal.input.maxPrice = pay.constraints.maxAmount
         log('goal', { text: `goal from ${ctx.chain.root === ctx.caller ? 'the driver' : ctx.caller.slice(0, 16)}: "${goal.intent}" (max ${goal.input.maxPrice ?? '?'} EUR)`, intent: goal.intent, maxPrice: goal.input.maxPrice })
         const started = Date.now()

@@ -1,0 +1,34 @@
+/**
+ * Measurement helpers shared by the benchmark groups.
+ */
+
+/** Nearest-rank percentile of sorted samples (NaN for none) */
+export function percentile (sorted, p) {
+  if (sorted.length === 0) return NaN
+  return sorted[Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length))) - 1]
+}
+
+/** `items` rotated left by `n`, so that every round starts with another path */
+export function rotate (items, n) {
+  const k = n % items.length
+  return [...items.slice(k), ...items.slice(0, k)]
+}
+
+/**
+ * Keep `depth` calls in flight for `ms`, each with a fresh `input()` whose
+ * answer `check(input, output)` verifies; returns the completed calls and the
+ * elapsed ms (the calls in flight at the deadline are waited for and counted)
+ */
+export async function pipelined (call, { depth, ms, input, check }) {
+  let done = 0
+  const t0 = performance.now()
+  const end = t0 + ms
+  await Promise.all(Array.from({ length: depth }, async () => {
+    while (performance.now() < end) {
+      const sent = input()
+      check(sent, await call(sent))
+      done++
+    }
+  }))
+  return { done, elapsed: performance.now() - t0 }
+}

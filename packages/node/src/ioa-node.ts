@@ -391,7 +391,8 @@ class DefaultIoaNode implements IoaNode {
 
   private async doStop (): Promise<void> {
     for (const layer of [...this.layers.values()].reverse()) {
-      await Promise.resolve(layer.stop?.()).catch(() => {})
+      // a layer that fails to stop (even by throwing at once) does not keep the others up
+      await (async () => { await layer.stop?.() })().catch(() => {})
     }
     this.layers.clear()
     for (const o of this.orchestrators) await o.stop().catch(() => {})

@@ -4,9 +4,10 @@ import { join } from 'node:path'
 import { tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { afterEach, describe, expect, it } from 'vitest'
-import { until } from '../../../test/util.js'
+import { rejectionOf, until } from '../../../test/util.js'
 import { createIoaNode, initFromConfig, loadConfig, parseConfig } from '../src/index.js'
-import type { IoaNode , ConfigError} from '../src/index.js'
+import type { ConfigError, IoaLayer, IoaNode, NodeTaskEvent } from '../src/index.js'
+import type { RelayEvent } from '@ioa/collab'
 
 const nodes: IoaNode[] = []
 const dirs: string[] = []
@@ -114,4 +115,131 @@ describe('IoaNode over TCP', () => {
     expect(node.transport.peerId.toString()).toBe(peer)
     expect(again.did).toBe(first.did)
   }, 60_000)
+})
+
+describe('custom layers', () => {
+  it('starts layers in order after the built-in ones, finds them by name, and stops them in reverse before the node', async () => {
+    const order: string[] = []
+    const layer = (name: string): IoaLayer & { seen?: string } => ({
+      name,
+      start (node) {
+        order.push(`start ${name}`)
+        // the lower layers are up: the layer may use them
+        this.seen = node.transport.peerId.toString()
+      },
+      stop () { order.push(`stop ${name}`) }
+    })
+    const clumsy: IoaLayer = { name: 'clumsy', start () {}, stop () { order.push('stop clumsy'); throw new Error('cannot stop') } }
+    const node = await createIoaNode({ layers: [layer('audit'), clumsy, layer('reputation')] })
+    expect(node.layer<IoaLayer & { seen?: string }>('audit')?.seen).toBe(node.transport.peerId.toString())
+    expect(node.layer('missing')).toBeUndefined()
+    await node.stop()
+    await node.stop() // idempotent
+    expect(order).toEqual(['start audit', 'start reputation', 'stop reputation', 'stop clumsy', 'stop audit'])
+  })
+
+  it('fails with LayerError for a malformed, duplicate or failing layer, stopping what started and releasing the data directory', async () => {
+    const dataDir = await tempDir()
+    const stopped: string[] = []
+    const ok: IoaLayer = { name: 'ok', start () {}, stop () { stopped.push('ok') } }
+
+    const dup = await rejectionOf(createIoaNode({ dataDir, layers: [ok, { name: 'ok', start () {} }] }))
+    expect(dup.name).toBe('LayerError')
+    expect((dup as { code?: string }).code).toBe('LAYER_FAILED')
+    expect(stopped).toEqual(['ok'])
+
+    const failing = await rejectionOf(createIoaNode({ dataDir, layers: [{ name: 'broken', start () { throw new Error('no database') } }] }))
+    expect(failing.name).toBe('LayerError')
+    expect(failing.message).toContain('no database')
+    expect((failing.cause as Error).message).toBe('no database')
+
+    const malformed = await rejectionOf(createIoaNode({ dataDir, layers: [{ name: '' } as unknown as IoaLayer] }))
+    expect(malformed.name).toBe('LayerError')
+
+    // nothing was left holding the data directory
+    const node = await createIoaNode({ dataDir })
+    nodes.push(node)
+  }, 60_000)
+})
+
+describe('gateway role from a config, over TCP', () => {
+  it('exports a skill of a node behind the gateway: relayed for an allowed domain, refused otherwise, both reported as node events', async () => {
+    // the gateway: its public node, and an inner node in the domain network
+    const gw = await createIoaNode(initFromConfig(parseConfig({
+      domain: 'riviera.example',
+      gateway: { exports: [{ skill: 'travel.hotel.booking', domains: ['cars.example'] }], refreshInterval: 300 }
+    })))
+    nodes.push(gw)
+    expect(gw.gateway).toBeDefined()
+    const relays: RelayEvent[] = []
+    gw.events.onGateway(e => { relays.push(e) })
+    const inner = gw.gateway!.addresses()[0]
+
+    // the hotel's node joins only the domain network and names its gateway
+    const hotelNode = await createIoaNode(initFromConfig(parseConfig({
+      domain: 'riviera.example',
+      bootstrap: [inner],
+      behindGateways: [{ outer: gw.transport.peerId.toString(), inner: gw.gateway!.inner.peerId.toString() }]
+    })))
+    nodes.push(hotelNode)
+    const served: NodeTaskEvent[] = []
+    hotelNode.events.onTask(e => { served.push(e) })
+    const hotel = await hotelNode.host({
+      key: 'hotel',
+      name: 'Riviera Hotels',
+      skills: [{ id: 'travel.hotel.booking' }, { id: 'hospitality.rota' }],
+      handlers: {
+        'travel.hotel.booking': (input) => ({ booked: true, nights: (input as { nights: number }).nights }),
+        'hospitality.rota': () => ({ shifts: [] })
+      }
+    })
+    // the hotel's card says it is reachable only through the gateway
+    expect(hotel.card.card.addrs).toEqual([])
+    expect(hotel.card.card.gateways).toEqual([gw.transport.peerId.toString()])
+
+    // outside: a car agent (allowed domain) and a phone (not)
+    const cars = await createIoaNode({ domain: 'cars.example', bootstrap: [gw.addresses()[0]] })
+    nodes.push(cars)
+    const car = await cars.host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.assistant' }] })
+    const phones = await createIoaNode({ domain: 'people.example', bootstrap: [gw.addresses()[0]] })
+    nodes.push(phones)
+    const phone = await phones.host({ key: 'phone', name: 'Phone', skills: [{ id: 'people.phone' }] })
+
+    const found = await until(async () => {
+      const r = await cars.discover({ capability: 'travel.hotel.booking' }, { cache: false, timeout: 3_000 })
+      return r.length > 0 ? r : undefined
+    }, { timeout: 30_000, what: 'the exported hotel found outside' })
+    expect(found[0].card.id).toBe(hotel.did)
+    expect(found[0].peer).toBe(gw.transport.peerId.toString())
+    expect(found[0].card.skills.map(s => s.id)).toEqual(['travel.hotel.booking'])
+
+    const user = await createIdentity()
+    const { delegate } = await import('@ioa/collab')
+    const grant = await delegate(user, { audience: car.did, capabilities: [{ skill: 'travel.hotel.*' }], expiresAt: Date.now() + 60_000 })
+
+    // the car's orchestrator runs a one-step plan whose provider is behind the gateway
+    const { declarativePlanner } = await import('@ioa/collab')
+    const orchestrator = cars.orchestrator(car, {
+      planner: declarativePlanner({
+        templates: { 'book a room': { output: 'book', steps: [{ id: 'book', capability: 'travel.hotel.booking', input: { nights: { $input: 'nights' } } }] } }
+      })
+    })
+    const run = await orchestrator.runToCompletion({ intent: 'book a room', input: { nights: 3 } }, { proofs: [grant] })
+    expect(run.state).toBe('completed')
+    expect(run.steps.book.result).toEqual({ booked: true, nights: 3 })
+    expect(run.steps.book.providers).toEqual([hotel.did])
+    expect(served.some(e => e.type === 'task-completed' && e.skill === 'travel.hotel.booking' && e.root === user.did)).toBe(true)
+    const relayed = await until(() => relays.find(e => e.type === 'relayed'), { what: 'a relayed event' })
+    expect(relayed).toMatchObject({ agent: hotel.did, skill: 'travel.hotel.booking', domain: 'cars.example' })
+
+    // the phone's domain is not in the export rule; the rota is not exported at all
+    const phoneGrant = await delegate(phone.identity, { audience: hotel.did, capabilities: [{ skill: 'travel.hotel.booking' }], expiresAt: Date.now() + 60_000 })
+    const refused = await rejectionOf(phones.tasks.submitAndWait(phone.identity, hotel.did, { skill: 'travel.hotel.booking', input: { nights: 1 }, proofs: [phoneGrant] }))
+    expect(refused.name).toBe('NotExportedError')
+    const rotaGrant = await delegate(user, { audience: car.did, capabilities: [{ skill: 'hospitality.*' }], expiresAt: Date.now() + 60_000 })
+    const hidden = await rejectionOf(cars.tasks.submitAndWait(car.identity, hotel.did, { skill: 'hospitality.rota', input: null, proofs: [rotaGrant] }))
+    expect((hidden as { code?: string }).code).toBe('NOT_EXPORTED')
+    expect(relays.filter(e => e.type === 'refused').map(e => e.type === 'refused' ? e.code : '')).toEqual(['NOT_EXPORTED', 'NOT_EXPORTED'])
+    expect(served.some(e => e.skill === 'hospitality.rota')).toBe(false)
+  }, 90_000)
 })

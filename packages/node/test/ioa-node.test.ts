@@ -5,7 +5,7 @@ import { tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { afterEach, describe, expect, it } from 'vitest'
 import { rejectionOf, until } from '../../../test/util.js'
-import { createIoaNode, initFromConfig, loadConfig, parseConfig } from '../src/index.js'
+import { createIoaNode, initFromConfig, loadConfig, parseConfig, resolvePaths, startFromConfig } from '../src/index.js'
 import type { ConfigError, IoaLayer, IoaNode, NodeTaskEvent } from '../src/index.js'
 import type { RelayEvent } from '@ioa/collab'
 
@@ -242,4 +242,30 @@ describe('gateway role from a config, over TCP', () => {
     expect(relays.filter(e => e.type === 'refused').map(e => e.type === 'refused' ? e.code : '')).toEqual(['NOT_EXPORTED', 'NOT_EXPORTED'])
     expect(served.some(e => e.skill === 'hospitality.rota')).toBe(false)
   }, 90_000)
+})
+
+describe('startFromConfig with bad agents', () => {
+  it('names the agent field for a module that cannot load, has no default export or returns nothing, and for impossible combinations', async () => {
+    const dir = await tempDir()
+    await writeFile(join(dir, 'no-default.mjs'), 'export const x = 1\n')
+    await writeFile(join(dir, 'nothing.mjs'), 'export default () => undefined\n')
+    await writeFile(join(dir, 'syntax.mjs'), 'export default (\n')
+    const agent = (extra: Record<string, unknown>): unknown => ({ agents: [{ key: 'a', name: 'A', skills: [{ id: 'x.y' }], ...extra }] })
+    const failure = async (config: unknown): Promise<ConfigError> => {
+      const err = await rejectionOf(startFromConfig(resolvePaths(parseConfig(config), dir)))
+      expect(err.name).toBe('ConfigError')
+      return err as ConfigError
+    }
+    const missing = await failure(agent({ module: './missing.mjs' }))
+    expect(missing.field).toBe('agents.0.module')
+    expect(missing.message).toMatch(/Cannot load agent module/)
+    expect((await failure(agent({ module: './syntax.mjs' }))).field).toBe('agents.0.module')
+    expect((await failure(agent({ module: './no-default.mjs' }))).message).toMatch(/no default export/)
+    expect((await failure(agent({ module: './nothing.mjs' }))).message).toMatch(/returned no implementation/)
+    // a gateway node relays tasks; it cannot serve its own
+    const gw = await failure({ ...(agent({ module: './nothing.mjs' }) as object), gateway: { exports: [{ skill: 'x' }] } })
+    expect(gw.field).toBe('agents.0')
+    // module and command together
+    expect(configError(() => parseConfig(agent({ module: './a.mjs', command: ['node', './a.mjs'] }))).field).toBe('agents.0.command')
+  }, 60_000)
 })

@@ -26,6 +26,10 @@ export const CARD_LIMITS = Object.freeze({
   maxText: 2000,
   maxName: 100,
   maxSchemaBytes: 16_384,
+  /** Deepest nesting of maps and lists in a schema; the schema map itself is level 1 */
+  maxSchemaDepth: 32,
+  /** Most map entries plus list elements in a schema, counted at every level */
+  maxSchemaItems: 2_048,
   /** Largest encoded signed card */
   maxCardBytes: 65_536
 })
@@ -41,10 +45,46 @@ const peerIdString = z.string().min(1).max(128).refine(s => {
 
 const did = z.string().max(128).refine(isDid, 'invalid did:key')
 
-/** A JSON Schema, carried as a DAG-CBOR map; bounded in size */
-const jsonSchema = z.record(z.string(), z.unknown()).refine(s => {
-  try { return dagCbor.encode(s).byteLength <= CARD_LIMITS.maxSchemaBytes } catch { return false }
-}, `schema must encode to at most ${CARD_LIMITS.maxSchemaBytes} bytes of DAG-CBOR`)
+/**
+ * Why a free-form value breaks the nesting or item bounds, or undefined.
+ * Walks without recursion, and stops at the first excess, so a hostile
+ * value costs at most `maxItems` steps and no stack.
+ */
+export function freeFormExcess (value: unknown, maxDepth: number, maxItems: number): string | undefined {
+  const stack: Array<{ v: unknown, depth: number }> = [{ v: value, depth: 1 }]
+  let items = 0
+  while (stack.length > 0) {
+    const { v, depth } = stack.pop()!
+    if (v == null || typeof v !== 'object' || v instanceof Uint8Array) continue
+    if (depth > maxDepth) return `nests deeper than ${maxDepth} levels`
+    const children = Array.isArray(v) ? v : Object.values(v)
+    items += children.length
+    if (items > maxItems) return `has more than ${maxItems} items`
+    for (const c of children) {
+      if (c != null && typeof c === 'object') stack.push({ v: c, depth: depth + 1 })
+    }
+  }
+  return undefined
+}
+
+/** A JSON Schema, carried as a DAG-CBOR map; bounded in nesting, items and size */
+const jsonSchema = z.record(z.string(), z.unknown()).superRefine((s, ctx) => {
+  // the shape first: encoding a value nested thousands deep would recurse that deep
+  const excess = freeFormExcess(s, CARD_LIMITS.maxSchemaDepth, CARD_LIMITS.maxSchemaItems)
+  if (excess != null) {
+    ctx.addIssue({ code: 'custom', message: `schema ${excess}` })
+    return
+  }
+  let size: number
+  try {
+    size = dagCbor.encode(s).byteLength
+  } catch {
+    size = Infinity // not encodable as DAG-CBOR: refused below
+  }
+  if (size > CARD_LIMITS.maxSchemaBytes) {
+    ctx.addIssue({ code: 'custom', message: `schema must encode to at most ${CARD_LIMITS.maxSchemaBytes} bytes of DAG-CBOR` })
+  }
+})
 
 export const SkillSchema = z.object({
   /** Capability name, e.g. `travel.hotel.booking` */

@@ -11,8 +11,9 @@
 export { createInterconnect, CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
 export type {
   Interconnect, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
-  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
+  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder, InterconnectCacheStats
 } from './interconnect.js'
+export type { AgentHistory, Outcome } from './history.js'
 export {
   publicKeyToDid, didToPublicKey, isDid, domainSeparated, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
 } from './identity.js'
@@ -26,7 +27,7 @@ export {
   CARD_VERSION, CARD_LIMITS, AgentCardSchema, SkillSchema, AvailabilitySchema
 } from './card.js'
 export type { AgentCard, AgentCardInit, SignedCard, Skill, SkillInit, Availability, VerifyCardOptions } from './card.js'
-export { defaultRanker, matchQuery, schemaSatisfies } from './ranking.js'
+export { defaultRanker, historyScore, matchQuery, schemaSatisfies } from './ranking.js'
 export type { DiscoveryQuery, Ranker, RankInput, DefaultRankerInit } from './ranking.js'
 export {
   InterconnectError, InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError,

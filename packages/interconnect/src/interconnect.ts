@@ -7,18 +7,21 @@ import { MemoryDatastore } from 'datastore-core'
 import { AsyncQueue } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { agentCid, assertCapability, capabilityCid, capabilityPrefixes } from './capability.js'
-import { CARD_LIMITS, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
+import { BoundedMap } from './bounded-map.js'
+import { CARD_LIMITS, cardSigningBytes, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
 import {
   AgentNotHereError, BadRequestError, DuplicateAgentError, ForbiddenError, InterconnectError, NoInboxError,
   NotExportedError, PeerUnreachableError, UnknownAgentError, fromRemote
 } from './errors.js'
+import { HistoryBook } from './history.js'
 import { KeyStore, isDid } from './identity.js'
 import { defaultRanker, matchQuery } from './ranking.js'
 import type { AgentCard, Availability, SignedCard, Skill, SkillInit } from './card.js'
+import type { AgentHistory, Outcome } from './history.js'
 import type { Did, Identity } from './identity.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
 import type { RequestContext, TransportNode } from '@ioa/transport'
-import type { AbortOptions, PeerId } from '@libp2p/interface'
+import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 import type { CID } from 'multiformats/cid'
 
@@ -130,11 +133,60 @@ export interface InterconnectInit {
   requestTimeout?: number
 
   /**
-   * Clock skew allowed when checking card validity, in ms
+   * Clock skew allowed when checking card validity, in ms: a card issued
+   * later than now plus this, or expired earlier than now minus this, is
+   * refused (`CARD_EXPIRED`)
    *
    * @default 60_000
    */
   clockSkew?: number
+
+  /**
+   * Most capabilities whose lookup results are cached at once; the least
+   * recently used are dropped first
+   *
+   * @default 256
+   */
+  maxCachedLookups?: number
+
+  /**
+   * Most agent ids whose resolved route is cached at once; the least
+   * recently used are dropped first
+   *
+   * @default 1_024
+   */
+  maxCachedRoutes?: number
+
+  /**
+   * Most bytes of cards (their signing bytes) held by the lookup cache, and
+   * separately by the route cache
+   *
+   * @default 8_388_608
+   */
+  maxCacheBytes?: number
+
+  /**
+   * Most results one lookup keeps for the cache (the best scored are kept)
+   *
+   * @default 256
+   */
+  maxResultsPerLookup?: number
+
+  /**
+   * Most cards a lookup takes from one serving peer (the `limit` of its
+   * `list` request; cards beyond it are ignored)
+   *
+   * @default 64
+   */
+  maxCardsPerProvider?: number
+
+  /**
+   * Most agents whose record (answered and failed calls, smoothed round
+   * trip) is kept for ranking; the least recently seen are forgotten first
+   *
+   * @default 4_096
+   */
+  maxHistory?: number
 }
 
 /** A message delivered to an agent's inbox */
@@ -189,6 +241,8 @@ export interface DiscoveredAgent {
   local: boolean
   /** Where this result came from */
   source: 'local' | 'cache' | 'dht'
+  /** What this node has seen of the agent, when anything */
+  history?: AgentHistory
   score: number
 }
 
@@ -208,6 +262,21 @@ export interface SendOptions extends AbortOptions {
   skill?: string
   /** Per-hop timeout in ms @default the interconnect's requestTimeout */
   timeout?: number
+}
+
+export interface InterconnectCacheStats {
+  /** Capabilities with cached lookup results (at most `maxCachedLookups`) */
+  lookups: number
+  /** Bytes of cards in the lookup cache (at most `maxCacheBytes`) */
+  lookupBytes: number
+  /** Agent ids with a cached route (at most `maxCachedRoutes`) */
+  routes: number
+  /** Bytes of cards in the route cache (at most `maxCacheBytes`) */
+  routeBytes: number
+  /** Agents with a record (at most `maxHistory`) */
+  history: number
+  /** Entries dropped from either cache to stay within the bounds */
+  evictions: number
 }
 
 export interface CardQuery {
@@ -260,6 +329,16 @@ export interface Interconnect {
   announceAgent(did: Did): Promise<void>
   /** Withdraw one announcement of an agent id */
   withdrawAgent(did: Did): Promise<void>
+  /**
+   * Report how a call to an agent went (the layers above report finished
+   * tasks); `send` reports its own deliveries. The default ranker prefers
+   * agents with a good record.
+   */
+  observe(did: Did, outcome: Outcome): void
+  /** What this node has seen of an agent */
+  historyOf(did: Did): AgentHistory | undefined
+  /** How full the bounded caches are */
+  cacheStats(): InterconnectCacheStats
   /** Serve extra cards (gateways) */
   addCardSource(source: CardSource): void
   /** Take messages for agents not hosted here (gateways) */
@@ -284,6 +363,23 @@ interface Defaults {
   fetchConcurrency: number
   requestTimeout: number
   clockSkew: number
+  maxCachedLookups: number
+  maxCachedRoutes: number
+  maxCacheBytes: number
+  maxResultsPerLookup: number
+  maxCardsPerProvider: number
+  maxHistory: number
+}
+
+interface CachedLookup { at: number, results: DiscoveredAgent[] }
+interface CachedRoute { at: number, signed: SignedCard, peers: string[] }
+
+/** Errors of a delivery that count against the agent's record */
+const FAILURE_CODES = new Set(['TIMEOUT', 'HANDLER_ERROR'])
+
+/** Bytes a cached card stands for: its signing bytes and signature */
+function cardWeight (signed: SignedCard): number {
+  return cardSigningBytes(signed.card).byteLength + signed.sig.byteLength
 }
 
 
@@ -299,8 +395,10 @@ class DefaultInterconnect implements Interconnect {
   private announcing = 0
   private retrying = 0
   private announceWaiters: Array<() => void> = []
-  private readonly discoveryCache = new Map<string, { at: number, results: DiscoveredAgent[] }>()
-  private readonly routeCache = new Map<Did, { at: number, signed: SignedCard, peers: string[] }>()
+  private readonly discoveryCache: BoundedMap<string, CachedLookup>
+  private readonly routeCache: BoundedMap<Did, CachedRoute>
+  private readonly history: HistoryBook
+  private readonly log: Logger
   private readonly cardSources: CardSource[] = []
   private readonly ranker: Ranker
   private readonly gateways: string[]
@@ -325,7 +423,13 @@ class DefaultInterconnect implements Interconnect {
       announceConcurrency: init.announceConcurrency ?? 8,
       fetchConcurrency: init.fetchConcurrency ?? 8,
       requestTimeout: init.requestTimeout ?? 5_000,
-      clockSkew: init.clockSkew ?? 60_000
+      clockSkew: init.clockSkew ?? 60_000,
+      maxCachedLookups: init.maxCachedLookups ?? 256,
+      maxCachedRoutes: init.maxCachedRoutes ?? 1_024,
+      maxCacheBytes: init.maxCacheBytes ?? 8_388_608,
+      maxResultsPerLookup: init.maxResultsPerLookup ?? 256,
+      maxCardsPerProvider: init.maxCardsPerProvider ?? 64,
+      maxHistory: init.maxHistory ?? 4_096
     }
     for (const key of ['cardTtl', 'cacheTtl', 'fetchConcurrency', 'announceConcurrency', 'requestTimeout', 'clockSkew'] as const) {
       const v = this.opts[key]
@@ -333,6 +437,26 @@ class DefaultInterconnect implements Interconnect {
         throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
       }
     }
+    for (const key of ['maxCachedLookups', 'maxCachedRoutes', 'maxCacheBytes', 'maxResultsPerLookup', 'maxHistory'] as const) {
+      const v = this.opts[key]
+      if (!Number.isInteger(v) || v < 1) throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
+    }
+    const perProvider = this.opts.maxCardsPerProvider
+    if (!Number.isInteger(perProvider) || perProvider < 1 || perProvider > MAX_CARDS_PER_LIST) {
+      throw new BadRequestError(`Invalid interconnect option maxCardsPerProvider=${perProvider} (1-${MAX_CARDS_PER_LIST})`)
+    }
+    this.log = node.logger.forComponent('ioa:interconnect')
+    this.discoveryCache = new BoundedMap({
+      maxEntries: this.opts.maxCachedLookups,
+      maxWeight: this.opts.maxCacheBytes,
+      weigh: (e) => e.results.reduce((n, r) => n + cardWeight(r.signed), 0)
+    })
+    this.routeCache = new BoundedMap({
+      maxEntries: this.opts.maxCachedRoutes,
+      maxWeight: this.opts.maxCacheBytes,
+      weigh: (e) => cardWeight(e.signed)
+    })
+    this.history = new HistoryBook(this.opts.maxHistory)
     this.ranker = init.ranker ?? defaultRanker()
     this.gateways = init.gateways ?? []
     this.private = init.private ?? false
@@ -627,20 +751,55 @@ class DefaultInterconnect implements Interconnect {
       throw new BadRequestError(`Peer ${peerId.toString()} sent a malformed card list`)
     }
     const out: SignedCard[] = []
-    for (const raw of answer.cards) {
+    // a peer that sends more than was asked for gets only what was asked for verified
+    const max = Math.min(query.limit ?? MAX_CARDS_PER_LIST, MAX_CARDS_PER_LIST)
+    if (answer.cards.length > max) {
+      this.log('peer %p sent %d cards, %d asked for: the rest are ignored', peerId, answer.cards.length, max)
+    }
+    for (const raw of answer.cards.slice(0, max)) {
       try {
         out.push(await verifyCard(raw, { servedBy: peerId.toString(), clockSkew: this.opts.clockSkew }))
-      } catch {
+      } catch (err: any) {
         // a card that does not verify is dropped, never returned
+        this.log('dropped a card from %p: %s %s', peerId, err?.code ?? err?.name, err?.message)
       }
     }
     return out
   }
 
+  observe (did: Did, outcome: Outcome): void {
+    if (!isDid(did) || this.hosted.has(did)) return
+    this.history.record(did, outcome)
+  }
+
+  historyOf (did: Did): AgentHistory | undefined {
+    return this.history.get(did)
+  }
+
+  cacheStats (): InterconnectCacheStats {
+    return {
+      lookups: this.discoveryCache.size,
+      lookupBytes: this.discoveryCache.weight,
+      routes: this.routeCache.size,
+      routeBytes: this.routeCache.weight,
+      history: this.history.size,
+      evictions: this.discoveryCache.evictions + this.routeCache.evictions
+    }
+  }
+
   // ---- discovery --------------------------------------------------------
 
-  private rank (c: Omit<DiscoveredAgent, 'score'>, query: DiscoveryQuery, now: number): DiscoveredAgent {
-    return { ...c, score: this.ranker.score(c, query, now) }
+  private rank (c: Omit<DiscoveredAgent, 'score' | 'history'>, query: DiscoveryQuery, now: number): DiscoveredAgent {
+    const history = c.local ? undefined : this.history.get(c.card.id)
+    const candidate = history != null ? { ...c, history } : c
+    return { ...candidate, score: this.ranker.score(candidate, query, now) }
+  }
+
+  /** Keep the best `maxResultsPerLookup` results of a lookup */
+  private trim (results: DiscoveredAgent[]): void {
+    if (results.length <= this.opts.maxResultsPerLookup) return
+    results.sort((a, b) => b.score - a.score)
+    results.length = this.opts.maxResultsPerLookup
   }
 
   async * discover (query: DiscoveryQuery, options: DiscoverOptions = {}): AsyncGenerator<DiscoveredAgent, void, undefined> {
@@ -659,14 +818,19 @@ class DefaultInterconnect implements Interconnect {
     }
 
     const cacheKey = query.capability
-    const cached = this.discoveryCache.get(cacheKey)
+    let cached = this.discoveryCache.get(cacheKey)
+    if (cached != null && now - cached.at >= this.opts.cacheTtl) {
+      this.discoveryCache.delete(cacheKey)
+      cached = undefined
+    }
     if (options.cache !== false && cached != null && now - cached.at < this.opts.cacheTtl) {
       for (const r of cached.results) {
         if (seen.has(r.card.id) || r.card.expiresAt < now) continue
         const skills = matchQuery(r.card, query)
         if (skills.length === 0) continue
         seen.add(r.card.id)
-        yield this.rank({ ...r, skills, source: 'cache' }, query, now)
+        const { history: _, score: __, ...rest } = r
+        yield this.rank({ ...rest, skills, source: 'cache' }, query, now)
         if (++count >= limit) return
       }
       return
@@ -700,7 +864,7 @@ class DefaultInterconnect implements Interconnect {
           const task = (async () => {
             const started = performance.now()
             try {
-              const cards = await this.fetchCards(provider.id, { prefix: query.capability }, { signal })
+              const cards = await this.fetchCards(provider.id, { prefix: query.capability, limit: this.opts.maxCardsPerProvider }, { signal })
               const latency = performance.now() - started
               const at = Date.now()
               for (const signed of cards) {
@@ -708,11 +872,14 @@ class DefaultInterconnect implements Interconnect {
                 if (all.length === 0) continue
                 const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
                 collected.push(result)
+                // bounded while the lookup runs, not only when it is cached
+                if (collected.length >= 2 * this.opts.maxResultsPerLookup) this.trim(collected)
                 const skills = matchQuery(signed.card, query)
                 if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
               }
-            } catch {
+            } catch (err: any) {
               // unreachable or misbehaving provider: skip it
+              this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
             }
           })()
           tasks.add(task)
@@ -739,7 +906,10 @@ class DefaultInterconnect implements Interconnect {
       options.signal?.removeEventListener('abort', onAbort)
       controller.abort()
       if (complete && collected.length > 0) {
-        this.discoveryCache.set(cacheKey, { at: Date.now(), results: collected })
+        this.trim(collected)
+        if (!this.discoveryCache.set(cacheKey, { at: Date.now(), results: collected })) {
+          this.log('results of the lookup of %s are larger than the cache (%d bytes): not cached', cacheKey, this.opts.maxCacheBytes)
+        }
       }
     }
   }
@@ -834,11 +1004,13 @@ class DefaultInterconnect implements Interconnect {
     for (let round = 0; round < 2; round++) {
       const route = await this.resolve(to, { signal: options.signal, cache: round === 0 })
       for (const peer of route.peers) {
+        const started = performance.now()
         try {
           const answer = await this.node.services.messaging.request<{ body: unknown }>(peerIdFromString(peer), ROUTE_PROTOCOL, 'deliver', payload, {
             signal: options.signal,
             timeout: options.timeout ?? this.opts.requestTimeout
           })
+          this.history.record(to, { ok: true, rtt: performance.now() - started })
           return (answer as { body: T }).body
         } catch (e: any) {
           const err = fromRemote(e) as any
@@ -850,6 +1022,11 @@ class DefaultInterconnect implements Interconnect {
           if (['DIAL_FAILED', 'STREAM_CLOSED', 'PROTOCOL_NOT_SUPPORTED'].includes(err?.code)) {
             continue
           }
+          // the agent did not answer in time, or its handler failed: a bad
+          // mark for ranking (a call the caller aborted is not the agent's fault)
+          if (options.signal?.aborted !== true && FAILURE_CODES.has(err?.code)) {
+            this.history.record(to, { ok: false })
+          }
           throw err
         }
       }
@@ -858,6 +1035,7 @@ class DefaultInterconnect implements Interconnect {
     if ((lastError as InterconnectError | undefined)?.code === AgentNotHereError.code) {
       throw lastError
     }
+    if (lastError != null) this.history.record(to, { ok: false })
     throw new PeerUnreachableError(`No peer serving ${to} could be reached${lastError != null ? `: ${lastError.message}` : ''}`, { cause: lastError })
   }
 

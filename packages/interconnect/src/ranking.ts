@@ -2,6 +2,7 @@
  * Ranking and filtering of discovered agents.
  */
 import type { AgentCard, Skill } from './card.js'
+import type { AgentHistory } from './history.js'
 
 /** What a lookup asks for */
 export interface DiscoveryQuery {
@@ -35,6 +36,8 @@ export interface RankInput {
   alive: boolean
   /** Hosted on the asking node */
   local: boolean
+  /** What the asking node has seen of this agent (answered and failed calls), when anything */
+  history?: Pick<AgentHistory, 'successes' | 'failures' | 'rtt'>
 }
 
 /** A pluggable scoring function: higher is better */
@@ -43,29 +46,44 @@ export interface Ranker {
 }
 
 export interface DefaultRankerInit {
-  /** Weight of match quality (exact name beats a deeper prefix match) @default 0.5 */
+  /** Weight of match quality (exact name beats a deeper prefix match) @default 0.4 */
   matchWeight?: number
-  /** Weight of card freshness @default 0.2 */
-  freshnessWeight?: number
-  /** Weight of measured latency @default 0.3 */
+  /** Weight of the agent's record with the asking node (answered vs failed calls) @default 0.3 */
+  historyWeight?: number
+  /** Weight of latency (the agent's smoothed round trip when known, else the measured one) @default 0.2 */
   latencyWeight?: number
+  /** Weight of card freshness; keep it below half of `historyWeight` so freshness alone never beats a known agent @default 0.1 */
+  freshnessWeight?: number
   /** Latency at which the latency score halves, in ms @default 50 */
   latencyHalf?: number
   /** Card age at which the freshness score halves, in ms @default 600_000 */
   freshnessHalf?: number
 }
 
+/** The record score: 1 for a local agent, 0 for an agent never seen, else s / (s + f + 1) */
+export function historyScore (c: Pick<RankInput, 'local' | 'history'>): number {
+  if (c.local) return 1
+  const h = c.history
+  if (h == null) return 0
+  return h.successes / (h.successes + h.failures + 1)
+}
+
 /**
- * The default ranker: a weighted sum of match quality, card freshness and
- * measured latency, in [0, 1]; agents whose peer is not alive score 0.
+ * The default ranker: a weighted mean of match quality, the agent's record
+ * with this node, latency and card freshness, in [0, 1]; agents whose peer
+ * is not alive score 0. With the default weights an agent that answered
+ * this node before (record score at least 0.5) is never outranked by a
+ * newcomer of equal match and latency through a fresher card: 0.3 * 0.5 >
+ * 0.1, the most freshness can add (spec `interconnect.md` 7.1).
  */
 export function defaultRanker (init: DefaultRankerInit = {}): Ranker {
-  const wm = init.matchWeight ?? 0.5
-  const wf = init.freshnessWeight ?? 0.2
-  const wl = init.latencyWeight ?? 0.3
+  const wm = init.matchWeight ?? 0.4
+  const wh = init.historyWeight ?? 0.3
+  const wl = init.latencyWeight ?? 0.2
+  const wf = init.freshnessWeight ?? 0.1
   const lh = init.latencyHalf ?? 50
   const fh = init.freshnessHalf ?? 600_000
-  const total = wm + wf + wl
+  const total = wm + wh + wl + wf
 
   return {
     score (c, query, now) {
@@ -78,10 +96,12 @@ export function defaultRanker (init: DefaultRankerInit = {}): Ranker {
         const extra = s.id === q ? 0 : s.id.split('.').length - q.split('.').length
         match = Math.max(match, 1 / (1 + extra))
       }
+      // a card issued after `now` (within the clock skew) counts as issued now
       const age = Math.max(0, now - c.card.issuedAt)
       const freshness = fh / (fh + age)
-      const latency = c.local ? 1 : c.latency == null ? 0.5 : lh / (lh + c.latency)
-      return (wm * match + wf * freshness + wl * latency) / total
+      const rtt = c.history?.rtt ?? c.latency
+      const latency = c.local ? 1 : rtt == null ? 0.5 : lh / (lh + rtt)
+      return (wm * match + wh * historyScore(c) + wl * latency + wf * freshness) / total
     }
   }
 }

@@ -300,6 +300,62 @@ describe('signCard and verifyCard', () => {
       await verifyCard(s, { now: T0 })
     })
 
+    /** `{ type: 'object', properties: { a: { … } } }` with maps nested `depth` levels (the schema itself is level 1) */
+    function nested (depth: number): Record<string, unknown> {
+      let schema: Record<string, unknown> = { type: 'string' }
+      for (let level = 1; level < depth; level++) schema = { a: schema }
+      return schema
+    }
+
+    it('rejects a schema nested 1,500 maps deep, on parse and on receipt, with InvalidCardError', async () => {
+      const deep = nested(1_500)
+      // small enough for the byte limit: only the depth bound refuses it
+      expect(dagCbor.encode(deep).byteLength).toBeLessThan(CARD_LIMITS.maxSchemaBytes)
+      const parsed = errorOf(() => parseCard(init({ skills: [{ id: 'travel', inputSchema: deep }] })))
+      expect(parsed.name).toBe('InvalidCardError')
+      expect(parsed.code).toBe('INVALID_CARD')
+      expect(parsed.message).toMatch(/deeper than 32 levels/)
+      // validly signed by its agent, still refused on receipt
+      const s = await signed()
+      const card = clone(s.card) as any
+      card.skills[0].inputSchema = deep
+      const received = await rejectionOf(verifyCard(await signRaw(card, agent), { now: T0 }))
+      expect(received.name).toBe('InvalidCardError')
+      expect(received.code).toBe('INVALID_CARD')
+      expect(received.message).toMatch(/deeper than 32 levels/)
+    })
+
+    it('accepts a schema exactly maxSchemaDepth deep and refuses one level more', async () => {
+      await verifyCard(await signed({ skills: [{ id: 'travel', inputSchema: nested(CARD_LIMITS.maxSchemaDepth), outputSchema: nested(CARD_LIMITS.maxSchemaDepth) }] }), { now: T0 })
+      const s = await signed()
+      const card = clone(s.card) as any
+      card.skills[1].outputSchema = nested(CARD_LIMITS.maxSchemaDepth + 1)
+      expect((await rejectionOf(verifyCard(await signRaw(card, agent), { now: T0 }))).name).toBe('InvalidCardError')
+      // lists count as levels too
+      let list: unknown = 1
+      for (let level = 1; level < CARD_LIMITS.maxSchemaDepth + 1; level++) list = [list]
+      expect(errorOf(() => parseCard(init({ skills: [{ id: 'travel', inputSchema: { enum: list } }] }))).name).toBe('InvalidCardError')
+    })
+
+    it('bounds the number of items in a schema', async () => {
+      // {enum: [0, 0, …]}: one map entry plus the list elements
+      const atLimit = { enum: Array.from({ length: CARD_LIMITS.maxSchemaItems - 1 }, () => 0) }
+      await verifyCard(await signed({ skills: [{ id: 'travel', inputSchema: atLimit }] }), { now: T0 })
+      const over = { enum: Array.from({ length: CARD_LIMITS.maxSchemaItems }, () => 0) }
+      expect(dagCbor.encode(over).byteLength).toBeLessThan(CARD_LIMITS.maxSchemaBytes)
+      const err = errorOf(() => parseCard(init({ skills: [{ id: 'travel', inputSchema: over }] })))
+      expect(err.name).toBe('InvalidCardError')
+      expect(err.message).toMatch(/more than 2048 items/)
+    })
+
+    it('refuses a schema nested far beyond the stack without a stack overflow', () => {
+      // built by hand: the walk must not recurse (nor encode) before refusing it
+      const deep = nested(200_000)
+      const err = errorOf(() => parseCard(init({ skills: [{ id: 'travel', inputSchema: deep }] })))
+      expect(err.name).toBe('InvalidCardError')
+      expect(err.message).toMatch(/deeper than/)
+    })
+
     it('rejects too many skills', async () => {
       const skills = Array.from({ length: CARD_LIMITS.maxSkills + 1 }, (_, i) => ({ id: `skill${i}`, tags: [] }))
       expect(errorOf(() => parseCard(init({ skills }))).name).toBe('InvalidCardError')

@@ -83,8 +83,12 @@ describe('defaultRanker', () => {
     const q = { capability: 'travel.hotel' }
     // match 1/(1+1) = 0.5; freshness 600000/(600000+600000) = 0.5; latency 50/(50+150) = 0.25
     const c = card([{ id: 'travel.hotel.booking' }], { issuedAt: NOW - 600_000 })
+    // no record of the agent: history 0
     const score = ranker.score(candidate(c, q, { latency: 150 }), q, NOW)
-    expect(score).toBeCloseTo(0.5 * 0.5 + 0.2 * 0.5 + 0.3 * 0.25, 10)
+    expect(score).toBeCloseTo(0.4 * 0.5 + 0.3 * 0 + 0.2 * 0.25 + 0.1 * 0.5, 10)
+    // 3 answered, 1 failed: history 3/(3+1+1) = 0.6; the smoothed rtt (50 ms: 0.5) replaces the measured one
+    const known = ranker.score(candidate(c, q, { latency: 150, history: { successes: 3, failures: 1, rtt: 50 } }), q, NOW)
+    expect(known).toBeCloseTo(0.4 * 0.5 + 0.3 * 0.6 + 0.2 * 0.5 + 0.1 * 0.5, 10)
     // best case: exact, fresh, local
     const best = ranker.score(candidate(card([{ id: 'travel.hotel' }]), q, { local: true }), q, NOW)
     expect(best).toBeCloseTo(1, 10)
@@ -92,13 +96,49 @@ describe('defaultRanker', () => {
 
   it('scores within [0, 1] and a card from the future counts as fresh', () => {
     const q = { capability: 'travel' }
-    const s = ranker.score(candidate(card([{ id: 'travel' }], { issuedAt: NOW + 30_000 }), q, { latency: 0 }), q, NOW)
-    expect(s).toBeCloseTo(1, 10)
+    const s = ranker.score(candidate(card([{ id: 'travel' }], { issuedAt: NOW + 30_000 }), q, { latency: 0, history: { successes: 1_000, failures: 0 } }), q, NOW)
+    expect(s).toBeGreaterThan(0.99)
+    expect(s).toBeLessThanOrEqual(1)
+    // a card from the future is no fresher than one issued now
+    const now = ranker.score(candidate(card([{ id: 'travel' }], { issuedAt: NOW }), q, { latency: 3 }), q, NOW)
+    const future = ranker.score(candidate(card([{ id: 'travel' }], { issuedAt: NOW + 50_000 }), q, { latency: 3 }), q, NOW)
+    expect(future).toBeCloseTo(now, 10)
+  })
+
+  it('freshness alone never beats an agent with a good record (spec 7.1)', () => {
+    const q = { capability: 'travel.hotel.booking' }
+    // the real agent: card re-signed 30 minutes ago (half its TTL), answered once
+    const real = card([{ id: 'travel.hotel.booking' }], { issuedAt: NOW - 1_800_000 })
+    // a newcomer's card with the same skill, issued 50 s in the future (within the clock skew)
+    const rogue = card([{ id: 'travel.hotel.booking' }], { issuedAt: NOW + 50_000 })
+    for (const rtt of [1, 20, 200]) {
+      const known = ranker.score(candidate(real, q, { latency: rtt, history: { successes: 1, failures: 0, rtt } }), q, NOW)
+      const fresh = ranker.score(candidate(rogue, q, { latency: rtt }), q, NOW)
+      expect(known).toBeGreaterThan(fresh)
+    }
+    // even a card a day old
+    const stale = card([{ id: 'travel.hotel.booking' }], { issuedAt: NOW - 86_400_000 })
+    expect(ranker.score(candidate(stale, q, { latency: 5, history: { successes: 1, failures: 0, rtt: 5 } }), q, NOW))
+      .toBeGreaterThan(ranker.score(candidate(rogue, q, { latency: 5 }), q, NOW))
+    // between two agents never seen, the fresher card still wins
+    expect(ranker.score(candidate(rogue, q, { latency: 5 }), q, NOW)).toBeGreaterThan(ranker.score(candidate(real, q, { latency: 5 }), q, NOW))
+  })
+
+  it('ranks failures down', () => {
+    const q = { capability: 'travel' }
+    const c = card([{ id: 'travel' }])
+    const good = ranker.score(candidate(c, q, { history: { successes: 5, failures: 0 } }), q, NOW)
+    const flaky = ranker.score(candidate(c, q, { history: { successes: 5, failures: 5 } }), q, NOW)
+    const bad = ranker.score(candidate(c, q, { history: { successes: 0, failures: 5 } }), q, NOW)
+    const unknown = ranker.score(candidate(c, q), q, NOW)
+    expect(good).toBeGreaterThan(flaky)
+    expect(flaky).toBeGreaterThan(bad)
+    expect(bad).toBeCloseTo(unknown, 10)
   })
 
   it('takes custom weights', () => {
     const q = { capability: 'travel' }
-    const latencyOnly = defaultRanker({ matchWeight: 0, freshnessWeight: 0, latencyWeight: 1, latencyHalf: 100 })
+    const latencyOnly = defaultRanker({ matchWeight: 0, historyWeight: 0, freshnessWeight: 0, latencyWeight: 1, latencyHalf: 100 })
     expect(latencyOnly.score(candidate(card([{ id: 'travel.x.y' }]), q, { latency: 100 }), q, NOW)).toBeCloseTo(0.5, 10)
   })
 })

@@ -7,7 +7,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { describe, expect, it } from 'vitest'
 import {
-  agentCid, capabilityCid, capabilityPrefixes, cardSigningBytes, didToPublicKey, encodeSignedCard, identityFromPrivateKey,
+  CARD_LIMITS, agentCid, capabilityCid, capabilityPrefixes, cardSigningBytes, didToPublicKey, encodeSignedCard, identityFromPrivateKey,
   parseCard, publicKeyToDid, signCard, verifyCard
 } from '../src/index.js'
 import { ed25519KeyFromSeed, fromHex, readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
@@ -27,6 +27,22 @@ interface Vectors {
 }
 
 const v = readSpecBlock<Vectors>('interconnect.md', 'vectors')
+
+interface SchemaVectors {
+  maxSchemaDepth: number
+  maxSchemaItems: number
+  accepted: { depth: number, signedCard: string }
+  refused: { depth: number, error: string, signedCard: string }
+}
+
+const sv = readSpecBlock<SchemaVectors>('interconnect.md', 'schema-vectors')
+
+/** `{"type": "string"}` wrapped in `depth - 1` maps of the key `a` (spec 11) */
+function nested (depth: number): Record<string, unknown> {
+  let schema: Record<string, unknown> = { type: 'string' }
+  for (let level = 1; level < depth; level++) schema = { a: schema }
+  return schema
+}
 
 describe('spec/interconnect.md test vectors', () => {
   it('identity: seed -> public key -> did:key and back', async () => {
@@ -85,6 +101,24 @@ describe('spec/interconnect.md test vectors', () => {
     expect((await rejectionOf(verifyCard(wire, { now: v.verifyAt, servedBy: other }))).name).toBe('CardBindingError')
     expect((await rejectionOf(verifyCard(wire, { now: v.card.expiresAt + 60_001 }))).name).toBe('ExpiredCardError')
     expect((await rejectionOf(verifyCard(wire, { now: v.card.issuedAt - 60_001 }))).name).toBe('ExpiredCardError')
+  })
+
+  it('schema bounds: the limits, and the signed cards at and beyond the depth limit', async () => {
+    expect(sv.maxSchemaDepth).toBe(CARD_LIMITS.maxSchemaDepth)
+    expect(sv.maxSchemaItems).toBe(CARD_LIMITS.maxSchemaItems)
+    const identity = identityFromPrivateKey(await ed25519KeyFromSeed(v.identity.seed))
+    for (const vector of [sv.accepted, sv.refused]) {
+      // the vector is what the description says: the card vector with a nested input schema
+      const card = dagCbor.decode<any>(dagCbor.encode(v.card))
+      card.skills[0].inputSchema = nested(vector.depth)
+      const sig = await identity.sign(cardSigningBytes(card))
+      expect(toHex(encodeSignedCard({ card, sig }))).toBe(vector.signedCard)
+    }
+    const ok = await verifyCard(dagCbor.decode(fromHex(sv.accepted.signedCard)), { now: v.verifyAt, servedBy: v.peer.peerId })
+    expect(ok.card.skills[0].inputSchema).toEqual(nested(sv.accepted.depth))
+    const err = await rejectionOf(verifyCard(dagCbor.decode(fromHex(sv.refused.signedCard)), { now: v.verifyAt, servedBy: v.peer.peerId }))
+    expect(err.code).toBe(sv.refused.error)
+    expect(err.name).toBe('InvalidCardError')
   })
 
   it('capability CIDs', async () => {

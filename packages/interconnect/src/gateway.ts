@@ -28,6 +28,7 @@ import { verifyCard } from './card.js'
 import { AgentNotHereError, BadRequestError, NotExportedError, RateLimitedError, fromRemote } from './errors.js'
 import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
 import type { AgentCard, SignedCard } from './card.js'
+import type { Logger } from '@libp2p/interface'
 import type { Did } from './identity.js'
 import type { CardQuery, Forwarder, Interconnect } from './interconnect.js'
 
@@ -104,6 +105,13 @@ export interface GatewayInit {
    * @default 10_000
    */
   maxCallers?: number
+  /**
+   * Most agents exported at once; agents found beyond this are not exported
+   * (and logged)
+   *
+   * @default 4_096
+   */
+  maxExportedAgents?: number
 }
 
 export interface GatewayStats {
@@ -193,6 +201,8 @@ class DefaultGateway implements Gateway {
   private readonly forwardTimeout: number
   private readonly innerCapabilities: string[]
   private readonly limiter: TokenBuckets
+  private readonly maxExported: number
+  private readonly log: Logger
   private readonly self: string
   /** Export cards by agent id */
   private cards = new Map<Did, SignedCard>()
@@ -237,6 +247,8 @@ class DefaultGateway implements Gateway {
       positive('rateLimit.per', rate.per),
       positive('maxCallers', init.maxCallers ?? 10_000)
     )
+    this.maxExported = positive('maxExportedAgents', init.maxExportedAgents ?? 4_096)
+    this.log = init.outer.node.logger.forComponent('ioa:interconnect:gateway')
     this.self = this.outer.peerId.toString()
   }
 
@@ -364,7 +376,7 @@ class DefaultGateway implements Gateway {
     // agents exported before but not found now: ask their hosts again, so a
     // lookup that missed them does not withdraw them
     for (const [did, signed] of this.cards) {
-      if (!found.has(did)) found.set(did, signed.card)
+      if (!found.has(did) && found.size < this.maxExported) found.set(did, signed.card)
     }
     const next = new Map<Did, SignedCard>()
     await mapLimit([...found.values()], REFRESH_CONCURRENCY, async (card) => {
@@ -386,6 +398,10 @@ class DefaultGateway implements Gateway {
       if (card.domain !== this.domain || card.peer === self) return
       if (!card.skills.some(s => this.isExported(s.id))) return
       const known = found.get(card.id)
+      if (known == null && found.size >= this.maxExported) {
+        this.log('not exporting %s: already %d agents (maxExportedAgents)', card.id, this.maxExported)
+        return
+      }
       if (known == null || known.issuedAt < card.issuedAt) found.set(card.id, card)
     }
 

@@ -14,6 +14,8 @@ export type {
   DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder, InterconnectCacheStats
 } from './interconnect.js'
 export type { AgentHistory, Outcome } from './history.js'
+export { BoundedMap } from './bounded-map.js'
+export type { BoundedMapInit } from './bounded-map.js'
 export {
   publicKeyToDid, didToPublicKey, isDid, domainSeparated, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
 } from './identity.js'

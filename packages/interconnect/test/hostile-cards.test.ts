@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
 import { until } from '../../../test/util.js'
-import { capabilityCid, capabilityPrefixes, createIdentity, createInterconnect, signCard, CARD_PROTOCOL } from '../src/index.js'
+import { capabilityCid, capabilityPrefixes, createGateway, createIdentity, createInterconnect, signCard, CARD_PROTOCOL } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { HostAgentInit, HostedAgent, Interconnect, InterconnectInit, SignedCard } from '../src/index.js'
 
@@ -178,4 +178,29 @@ describe('cards under attack over TCP', () => {
     // about 1.8 kB a card: two fit
     expect(asker.cacheStats().lookups).toBe(2)
   }, 180_000)
+
+  it('a gateway exports at most maxExportedAgents agents', async () => {
+    // inner: 0 hosts the agents, 1 is the gateway's inner node; outer: the gateway's outer node
+    const innerNet = await startNetwork({ size: 2, transport: 'tcp', topology: 'full' })
+    extra.push(innerNet)
+    const outerNet = await startNetwork({ size: 1, transport: 'tcp', topology: 'full' })
+    extra.push(outerNet)
+    await innerNet.waitForRoutingTables(1, { timeout: 20_000 })
+    const outerId = outerNet.nodes[0].peerId.toString()
+    const host = await createInterconnect(innerNet.nodes[0], { domain: 'hotels.example', gateways: [outerId], private: true, trustedGateways: [innerNet.nodes[1].peerId.toString()] })
+    const innerIc = await createInterconnect(innerNet.nodes[1], { domain: 'hotels.example' })
+    const outerIc = await createInterconnect(outerNet.nodes[0], { domain: 'hotels.example' })
+    extra.push(host, innerIc, outerIc)
+    for (let i = 0; i < 5; i++) {
+      await host.host({ key: `h${i}`, name: `Hotel ${i}`, skills: [{ id: 'travel.hotel.booking' }], inbox: () => 'ok' })
+    }
+    await host.announced()
+    await until(async () => (await innerIc.discoverAll({ capability: 'travel.hotel.booking' }, { cache: false, timeout: 5_000 })).length === 5, { ...POLL, what: 'the five inner agents' })
+    const gateway = await createGateway({ inner: innerIc, outer: outerIc, domain: 'hotels.example', exports: [{ skill: 'travel.hotel' }], maxExportedAgents: 2, refreshInterval: 60_000 })
+    extra.push(gateway)
+    expect(gateway.exported()).toHaveLength(2)
+    await gateway.refresh()
+    expect(gateway.exported()).toHaveLength(2)
+    expect(gateway.stats().exportedAgents).toBe(2)
+  }, 120_000)
 })

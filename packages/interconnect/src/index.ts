@@ -11,8 +11,9 @@
 export { createInterconnect, CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
 export type {
   Interconnect, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
-  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder, InterconnectCacheStats
+  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
 } from './interconnect.js'
+export type { InterconnectCacheStats } from './caches.js'
 export type { AgentHistory, Outcome } from './history.js'
 export { BoundedMap } from './bounded-map.js'
 export type { BoundedMapInit } from './bounded-map.js'

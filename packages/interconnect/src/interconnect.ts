@@ -7,8 +7,8 @@ import { MemoryDatastore } from 'datastore-core'
 import { AsyncQueue } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { agentCid, assertCapability, capabilityCid, capabilityPrefixes } from './capability.js'
-import { BoundedMap } from './bounded-map.js'
-import { CARD_LIMITS, cardSigningBytes, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
+import { InterconnectCaches } from './caches.js'
+import { CARD_LIMITS, encodeSignedCard, parseCard, signCard, verifyCard } from './card.js'
 import {
   AgentNotHereError, BadRequestError, DuplicateAgentError, ForbiddenError, InterconnectError, NoInboxError,
   NotExportedError, PeerUnreachableError, UnknownAgentError, fromRemote
@@ -16,6 +16,7 @@ import {
 import { HistoryBook } from './history.js'
 import { KeyStore, isDid } from './identity.js'
 import { defaultRanker, matchQuery } from './ranking.js'
+import type { InterconnectCacheStats } from './caches.js'
 import type { AgentCard, Availability, SignedCard, Skill, SkillInit } from './card.js'
 import type { AgentHistory, Outcome } from './history.js'
 import type { Did, Identity } from './identity.js'
@@ -264,21 +265,6 @@ export interface SendOptions extends AbortOptions {
   timeout?: number
 }
 
-export interface InterconnectCacheStats {
-  /** Capabilities with cached lookup results (at most `maxCachedLookups`) */
-  lookups: number
-  /** Bytes of cards in the lookup cache (at most `maxCacheBytes`) */
-  lookupBytes: number
-  /** Agent ids with a cached route (at most `maxCachedRoutes`) */
-  routes: number
-  /** Bytes of cards in the route cache (at most `maxCacheBytes`) */
-  routeBytes: number
-  /** Agents with a record (at most `maxHistory`) */
-  history: number
-  /** Entries dropped from either cache to stay within the bounds */
-  evictions: number
-}
-
 export interface CardQuery {
   prefix?: string
   agents?: Did[]
@@ -371,16 +357,8 @@ interface Defaults {
   maxHistory: number
 }
 
-interface CachedLookup { at: number, results: DiscoveredAgent[] }
-interface CachedRoute { at: number, signed: SignedCard, peers: string[] }
-
 /** Errors of a delivery that count against the agent's record */
 const FAILURE_CODES = new Set(['TIMEOUT', 'HANDLER_ERROR'])
-
-/** Bytes a cached card stands for: its signing bytes and signature */
-function cardWeight (signed: SignedCard): number {
-  return cardSigningBytes(signed.card).byteLength + signed.sig.byteLength
-}
 
 
 class DefaultInterconnect implements Interconnect {
@@ -395,8 +373,9 @@ class DefaultInterconnect implements Interconnect {
   private announcing = 0
   private retrying = 0
   private announceWaiters: Array<() => void> = []
-  private readonly discoveryCache: BoundedMap<string, CachedLookup>
-  private readonly routeCache: BoundedMap<Did, CachedRoute>
+  private readonly caches: InterconnectCaches
+  private readonly discoveryCache: InterconnectCaches['lookups']
+  private readonly routeCache: InterconnectCaches['routes']
   private readonly history: HistoryBook
   private readonly log: Logger
   private readonly cardSources: CardSource[] = []
@@ -446,16 +425,9 @@ class DefaultInterconnect implements Interconnect {
       throw new BadRequestError(`Invalid interconnect option maxCardsPerProvider=${perProvider} (1-${MAX_CARDS_PER_LIST})`)
     }
     this.log = node.logger.forComponent('ioa:interconnect')
-    this.discoveryCache = new BoundedMap({
-      maxEntries: this.opts.maxCachedLookups,
-      maxWeight: this.opts.maxCacheBytes,
-      weigh: (e) => e.results.reduce((n, r) => n + cardWeight(r.signed), 0)
-    })
-    this.routeCache = new BoundedMap({
-      maxEntries: this.opts.maxCachedRoutes,
-      maxWeight: this.opts.maxCacheBytes,
-      weigh: (e) => cardWeight(e.signed)
-    })
+    this.caches = new InterconnectCaches(this.opts)
+    this.discoveryCache = this.caches.lookups
+    this.routeCache = this.caches.routes
     this.history = new HistoryBook(this.opts.maxHistory)
     this.ranker = init.ranker ?? defaultRanker()
     this.gateways = init.gateways ?? []
@@ -494,8 +466,7 @@ class DefaultInterconnect implements Interconnect {
     this.announceQueue.length = 0
     this.retrying = 0
     for (const wake of this.announceWaiters.splice(0)) wake()
-    this.discoveryCache.clear()
-    this.routeCache.clear()
+    this.caches.clear()
   }
 
   // ---- hosting ---------------------------------------------------------
@@ -777,14 +748,7 @@ class DefaultInterconnect implements Interconnect {
   }
 
   cacheStats (): InterconnectCacheStats {
-    return {
-      lookups: this.discoveryCache.size,
-      lookupBytes: this.discoveryCache.weight,
-      routes: this.routeCache.size,
-      routeBytes: this.routeCache.weight,
-      history: this.history.size,
-      evictions: this.discoveryCache.evictions + this.routeCache.evictions
-    }
+    return this.caches.stats(this.history.size)
   }
 
   // ---- discovery --------------------------------------------------------
@@ -793,13 +757,6 @@ class DefaultInterconnect implements Interconnect {
     const history = c.local ? undefined : this.history.get(c.card.id)
     const candidate = history != null ? { ...c, history } : c
     return { ...candidate, score: this.ranker.score(candidate, query, now) }
-  }
-
-  /** Keep the best `maxResultsPerLookup` results of a lookup */
-  private trim (results: DiscoveredAgent[]): void {
-    if (results.length <= this.opts.maxResultsPerLookup) return
-    results.sort((a, b) => b.score - a.score)
-    results.length = this.opts.maxResultsPerLookup
   }
 
   async * discover (query: DiscoveryQuery, options: DiscoverOptions = {}): AsyncGenerator<DiscoveredAgent, void, undefined> {
@@ -871,9 +828,7 @@ class DefaultInterconnect implements Interconnect {
                 const all = matchQuery(signed.card, { capability: query.capability })
                 if (all.length === 0) continue
                 const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
-                collected.push(result)
-                // bounded while the lookup runs, not only when it is cached
-                if (collected.length >= 2 * this.opts.maxResultsPerLookup) this.trim(collected)
+                this.caches.collect(collected, result)
                 const skills = matchQuery(signed.card, query)
                 if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
               }
@@ -906,7 +861,7 @@ class DefaultInterconnect implements Interconnect {
       options.signal?.removeEventListener('abort', onAbort)
       controller.abort()
       if (complete && collected.length > 0) {
-        this.trim(collected)
+        this.caches.trim(collected)
         if (!this.discoveryCache.set(cacheKey, { at: Date.now(), results: collected })) {
           this.log('results of the lookup of %s are larger than the cache (%d bytes): not cached', cacheKey, this.opts.maxCacheBytes)
         }

@@ -69,7 +69,7 @@ describe('cards under attack over TCP', () => {
     for (let i = 0; i < 3; i++) {
       expect(await until(async () => asker.send(real.did, `room ${i}`, { skill: 'travel.hotel.booking' }).catch(() => undefined), POLL)).toEqual({ booked: `room ${i}` })
     }
-    expect(asker.historyOf(real.did)).toMatchObject({ successes: 3, failures: 0 })
+    expect(asker.historyOf(real.did)?.successes).toBe(3)
 
     // the rogue: its own valid card, same name and skill, issued 50 s in the future (within the 60 s skew)
     const fake = await hostAt(rogue, 50_000, { key: 'hotel', name: 'Hotel Booker', skills, inbox: () => ({ booked: 'nothing' }) })

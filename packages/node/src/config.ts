@@ -129,10 +129,11 @@ export const NodeConfigSchema = z.object({
   gateway: GatewayConfig.optional(),
   /**
    * Key file (relative to the config file) of the domain network's
-   * pre-shared key (`ioa key new --domain-psk`). The domain network is then
-   * private: the gateway's inner node, or else this node itself, connects
-   * only to holders of the key. Required (or `domainPsk`, or
-   * $IOA_DOMAIN_PSK_FILE / $IOA_DOMAIN_PSK) with `behindGateways` or `gateway`
+   * pre-shared key (`ioa key new --domain-psk`). The domain network is
+   * private: the gateway's inner node (with `gateway`) or this node (with
+   * `behindGateways`) connects only to holders of the key. Required (or
+   * `domainPsk`, or $IOA_DOMAIN_PSK_FILE / $IOA_DOMAIN_PSK) with
+   * `behindGateways` or `gateway`, refused without them
    * @default $IOA_DOMAIN_PSK_FILE
    */
   domainPskFile: z.string().min(1).max(4096).optional(),

@@ -32,34 +32,35 @@ export interface DomainKeyOptions {
 const given = (v: string | undefined): v is string => v != null && v !== ''
 
 /**
- * The domain key named by the config, else by the environment; undefined
- * when neither names one. Throws `ConfigError` when both fields, or both
- * variables, are set, and when a node that needs a key (behind gateways, or
- * running a gateway) has none.
+ * The domain key of a node of a domain network (behind gateways, or running
+ * a gateway): named by the config, else by the environment; undefined for
+ * any other node (which ignores the variables). Throws `ConfigError` when
+ * both fields, or both variables, are set, when a node of a domain network
+ * has no key, and when a config names a key but is not in a domain network.
  */
 export function domainKeySource (c: NodeConfig, options: DomainKeyOptions = {}): DomainKeySource | undefined {
   const env = options.env ?? {}
-  let source: DomainKeySource | undefined
+  const inDomain = c.behindGateways != null || c.gateway != null
   if (c.domainPskFile != null && c.domainPsk != null) {
     throw new ConfigError('Give the domain key as domainPskFile or domainPsk, not both', 'domainPsk')
-  } else if (c.domainPskFile != null) {
-    source = { field: 'domainPskFile', init: { pskFile: c.domainPskFile } }
-  } else if (c.domainPsk != null) {
-    source = { field: 'domainPsk', init: { psk: c.domainPsk } }
-  } else if (given(env[DOMAIN_PSK_FILE_ENV]) && given(env[DOMAIN_PSK_ENV])) {
-    throw new ConfigError(`Set ${DOMAIN_PSK_FILE_ENV} or ${DOMAIN_PSK_ENV}, not both`, DOMAIN_PSK_ENV)
-  } else if (given(env[DOMAIN_PSK_FILE_ENV])) {
-    source = { field: DOMAIN_PSK_FILE_ENV, init: { pskFile: resolve(options.cwd ?? process.cwd(), env[DOMAIN_PSK_FILE_ENV]) } }
-  } else if (given(env[DOMAIN_PSK_ENV])) {
-    source = { field: DOMAIN_PSK_ENV, init: { psk: env[DOMAIN_PSK_ENV] } }
   }
-  if (source == null && (c.behindGateways != null || c.gateway != null)) {
-    const role = c.gateway != null ? 'A gateway\'s inner node' : 'A node behind gateways'
-    throw new ConfigError(
-      `${role} is in a private domain network and needs its pre-shared key: set domainPskFile (or domainPsk, ` +
-      `$${DOMAIN_PSK_FILE_ENV}, $${DOMAIN_PSK_ENV}); make a key with: ioa key new --domain-psk --out domain.key`,
-      'domainPsk'
-    )
+  const field = c.domainPskFile != null ? 'domainPskFile' : c.domainPsk != null ? 'domainPsk' : undefined
+  if (field != null && !inDomain) {
+    throw new ConfigError(`${field} is the key of a domain network: it needs behindGateways (a node inside the network) or gateway`, field)
   }
-  return source
+  // the variables serve only the nodes of a domain network: a public node ignores them
+  if (!inDomain) return undefined
+  if (c.domainPskFile != null) return { field: 'domainPskFile', init: { pskFile: c.domainPskFile } }
+  if (c.domainPsk != null) return { field: 'domainPsk', init: { psk: c.domainPsk } }
+  const file = env[DOMAIN_PSK_FILE_ENV]
+  const key = env[DOMAIN_PSK_ENV]
+  if (given(file) && given(key)) throw new ConfigError(`Set ${DOMAIN_PSK_FILE_ENV} or ${DOMAIN_PSK_ENV}, not both`, DOMAIN_PSK_ENV)
+  if (given(file)) return { field: DOMAIN_PSK_FILE_ENV, init: { pskFile: resolve(options.cwd ?? process.cwd(), file) } }
+  if (given(key)) return { field: DOMAIN_PSK_ENV, init: { psk: key } }
+  const role = c.gateway != null ? 'A gateway\'s inner node' : 'A node behind gateways'
+  throw new ConfigError(
+    `${role} is in a private domain network and needs its pre-shared key: set domainPskFile (or domainPsk, ` +
+    `$${DOMAIN_PSK_FILE_ENV}, $${DOMAIN_PSK_ENV}); make a key with: ioa key new --domain-psk --out domain.key`,
+    'domainPsk'
+  )
 }

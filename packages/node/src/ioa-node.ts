@@ -471,7 +471,8 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
 /**
  * Node options from a validated config file. The domain network's key comes
  * from the config or from `options.env` (see `domainKeySource`): it closes
- * the gateway's inner node when the config runs a gateway, else this node.
+ * the gateway's inner node when the config runs a gateway, else this node
+ * (behind gateways).
  */
 export function initFromConfig (config: NodeConfig | unknown, options: DomainKeyOptions = {}): IoaNodeInit {
   const c = parseConfig(config)

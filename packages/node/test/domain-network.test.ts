@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url'
 import { createIdentity } from '@ioa/interconnect'
 import { generateDomainKey, parseDomainKey } from '@ioa/transport'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { LOOPBACK, rejectionOf, until } from '../../../test/util.js'
+import { LOOPBACK, errorOf, rejectionOf, until } from '../../../test/util.js'
 import { createIoaNode, initFromConfig, loadConfig, parseConfig, startFromConfig } from '../src/index.js'
 import type { IoaNode, StartedNode } from '../src/index.js'
 
@@ -194,16 +194,20 @@ describe('ioa start in a domain network', () => {
     expect(gateway.inner.node.getPeers().map(p => p.toString())).not.toContain(outsider.transport.peerId.toString())
   }, 120_000)
 
-  it('a key in the config applies to the gateway\'s inner node only, or else to the node itself', () => {
+  it('the key closes the gateway\'s inner node (not its outer one) or the node behind gateways; a public node ignores the variables', () => {
     const psk = generateDomainKey()
+    const peer = '12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo'
     const gw = initFromConfig(parseConfig({ domainPsk: psk, gateway: { exports: [{ skill: 'x' }] } }))
     expect(gw.gateway?.privateNetwork).toEqual({ psk })
     expect(gw.transport?.privateNetwork).toBeUndefined()
-    const member = initFromConfig(parseConfig({ domainPsk: psk }))
+    const member = initFromConfig(parseConfig({ behindGateways: [{ outer: peer, inner: peer }] }), { env: { IOA_DOMAIN_PSK: psk } })
     expect(member.transport?.privateNetwork).toEqual({ psk })
-    const env = initFromConfig(parseConfig({}), { env: { IOA_DOMAIN_PSK: psk } })
-    expect(env.transport?.privateNetwork).toEqual({ psk })
-    expect(initFromConfig(parseConfig({})).transport?.privateNetwork).toBeUndefined()
+    expect(initFromConfig(parseConfig({}), { env: { IOA_DOMAIN_PSK: psk } }).transport?.privateNetwork).toBeUndefined()
+    // a key in a config that is not in a domain network is a mistake
+    expect(errorOf(() => initFromConfig(parseConfig({ domainPsk: psk })))).toMatchObject({ name: 'ConfigError', field: 'domainPsk' })
+  })
+
+  it('has no loopback allow-list unless the config asks for one', () => {
     // no loopback allow-list unless the config asks for one
     expect(initFromConfig(parseConfig({})).transport?.allow).toEqual([])
     expect(initFromConfig(parseConfig({ limits: { allow: LOOPBACK } })).transport?.allow).toEqual(LOOPBACK)

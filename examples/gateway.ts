@@ -1,14 +1,15 @@
 /**
  * A domain gateway between two networks over TCP on 127.0.0.1. The domain
- * `hotels.example` runs its own network (its own DHT; its nodes refuse every
- * peer that is not a member) of a node hosting a hotel agent and the gateway's
+ * `hotels.example` runs its own private network (a pre-shared key that every
+ * connection needs, and a DHT of its own derived from the key: a peer without
+ * the key cannot connect) of a node hosting a hotel agent and the gateway's
  * inner node. The gateway's outer node is on the public network, with a
  * traveller's node. From outside, the hotel agent is found and reached
  * through the gateway, with its exported skill only, and its node cannot be
  * reached directly. Run it with `npm run build && npx tsx examples/gateway.ts`.
  */
 import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { createTransportNode, membersOnlyGater } from '@ioa/transport'
+import { createTransportNode, generateDomainKey } from '@ioa/transport'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
 import type { DiscoveredAgent, Interconnect } from '@ioa/interconnect'
@@ -36,17 +37,12 @@ async function poll<T> (fn: () => Promise<T | undefined>, signal: AbortSignal): 
   }
 }
 
-/** A node of the domain's own network: it refuses every peer that is not a member */
-async function domainNode (members: Set<string>, bootstrap: string[] = []): Promise<TransportNode> {
-  const node = await createTransportNode({
+/** A node of the domain's own network: only holders of the domain's key can connect to it */
+async function domainNode (psk: string, bootstrap: string[] = []): Promise<TransportNode> {
+  return createTransportNode({
     bootstrap,
-    dhtProtocol: '/ioa/kad-hotels/1.0.0',  // a DHT of the domain, apart from the public one
-    connectionGater: membersOnlyGater(members),
-    start: false
+    privateNetwork: { psk }  // also gives the domain a DHT of its own: /ioa/kad/1.0.0/psk/<from the key>
   })
-  members.add(node.peerId.toString())      // a member before it dials or is dialled
-  await node.start()
-  return node
 }
 
 const addresses = (node: TransportNode): string[] => node.getMultiaddrs().map(a => a.toString())
@@ -55,11 +51,12 @@ export async function main ({ signal = AbortSignal.timeout(60_000) } = {}): Prom
   const nodes: TransportNode[] = []
   const ics: Interconnect[] = []
   try {
-    // the domain network: the gateway's inner node and the hotel's node
-    const members = new Set<string>()
-    const innerNode = await domainNode(members)
+    // the domain network: the gateway's inner node and the hotel's node, with
+    // the domain's pre-shared key (made here; `ioa key new --domain-psk` writes one to a file)
+    const psk = generateDomainKey()
+    const innerNode = await domainNode(psk)
     nodes.push(innerNode)
-    const hotelNode = await domainNode(members, addresses(innerNode))
+    const hotelNode = await domainNode(psk, addresses(innerNode))
     nodes.push(hotelNode)
     // the public network: the gateway's outer node and a traveller's node
     const outerNode = await createTransportNode()

@@ -18,6 +18,17 @@ import { expect } from 'vitest'
 import type { Ed25519PrivateKey } from '@libp2p/interface'
 
 // ---------------------------------------------------------------------------
+// networks
+
+/**
+ * The loopback allow-list: tests that start several nodes on 127.0.0.1 pass
+ * it as `allow` (or `limits.allow` in a node config) so libp2p's inbound
+ * connection rate limit (5 per second per host) and connection caps do not
+ * refuse their own nodes. Nodes do not allow loopback by default.
+ */
+export const LOOPBACK: string[] = ['/ip4/127.0.0.1', '/ip6/::1']
+
+// ---------------------------------------------------------------------------
 // waiting
 
 /**

@@ -8,6 +8,11 @@
 // Lodges) and the payment agent through the DHT, fails over from Budget Inns,
 // and pays within the cap under a chain the payment agent verifies back to
 // the driver.
+import { spawn } from 'node:child_process'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { delegate, tokenCid } from '@ioa/collab'
 
 export const TONIGHT = 'book a hotel for tonight'
@@ -23,6 +28,32 @@ async function discover (ctx, capability, enough, timeout = 15_000) {
     await new Promise(resolve => setTimeout(resolve, 250))
   }
   return found
+}
+
+const IOA = fileURLToPath(new URL('../../packages/node/bin/ioa.js', import.meta.url))
+
+/**
+ * An outsider that learned the address of a node runs `ioa agents --peer
+ * <addr>` (its own process and peer id) to list the node's cards: its exit
+ * code, error line and the cards it printed, if any
+ */
+async function outsiderListsCards (addr, signal) {
+  const home = await mkdtemp(join(tmpdir(), 'ioa-outsider-'))
+  try {
+    const child = spawn(process.execPath, [IOA, 'agents', '--peer', addr, '--json', '--timeout', '8s', '--data-dir', home], { stdio: ['ignore', 'pipe', 'pipe'], signal })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', c => { stdout += c })
+    child.stderr.setEncoding('utf8').on('data', c => { stderr += c })
+    const code = await new Promise(resolve => {
+      child.once('error', () => resolve(null))
+      child.once('close', c => resolve(c))
+    })
+    const parse = text => { try { return JSON.parse(text) } catch { return undefined } }
+    return { code, error: parse(stderr.trim().split('\n').at(-1) ?? '')?.error, cards: parse(stdout) }
+  } finally {
+    await rm(home, { recursive: true, force: true })
+  }
 }
 
 export default {
@@ -46,6 +77,8 @@ export default {
     const check = (name, ok, detail) => checks.push({ name, ok: Boolean(ok), detail })
     const driver = ctx.driver.identity
     const carDid = ctx.node('car').did('car')
+    // meanwhile, an outsider tries the Riviera hotel's node directly (it knows the address)
+    const outsider = outsiderListsCards(ctx.node('riviera-hotel').ready.addresses[0], ctx.signal)
 
     // 1. the network can see every capability the plan needs
     let t = Date.now()
@@ -78,6 +111,14 @@ export default {
       ctx.timeline('driver', `direct booking request to Riviera Hotels from the phone (people.example): ${refusedCode === 'accepted' ? 'accepted?!' : `refused by the gateway (${refusedCode})`}`)
     }
     check('the gateway refuses bookings from other domains', refusedCode === 'NOT_EXPORTED', `direct request from people.example: ${refusedCode}`)
+
+    // the hotel's node is in Riviera's private network (a pre-shared key):
+    // knowing its address is not enough to connect and list its cards
+    const probe = await outsider
+    const leaked = Array.isArray(probe.cards) ? probe.cards.flatMap(c => c.skills ?? []) : []
+    ctx.timeline('outsider', `ioa agents --peer <the Riviera hotel's node>: ${probe.code === 0 ? `listed skills ${JSON.stringify(leaked)}?!` : `refused (${probe.error?.code ?? `exit ${probe.code}`}): the domain network is private`}`)
+    check('an outsider that knows the hotel node\'s address cannot list its cards', probe.code !== 0 && probe.code != null && probe.cards == null,
+      `ioa agents: exit ${probe.code}${probe.error != null ? `, ${probe.error.code}` : ''}`)
 
     // 2. the driver's consent
     t = Date.now()

@@ -20,7 +20,7 @@
  * ```
  */
 import { createTransportNode } from '@ioa/transport'
-import { delay, prng } from '../util.js'
+import { LOOPBACK, delay, prng } from '../util.js'
 import type { TransportNode, TransportNodeInit } from '@ioa/transport'
 import type { Connection } from '@libp2p/interface'
 
@@ -206,7 +206,7 @@ export async function startNetwork (opts: NetworkOptions): Promise<Network> {
   const netId = `${process.pid}-${networkCounter++}-${Math.random().toString(36).slice(2, 8)}`
   const defaults = (i: number): TransportNodeInit => transport === 'memory'
     ? { transports: ['memory'], listen: [`/memory/ioa-harness-${netId}-${i}`] }
-    : { transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] }
+    : { transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], allow: LOOPBACK } // many nodes on one host: no inbound rate limit
 
   const started: TransportNode[] = []
   const nodes: TransportNode[] = new Array(size)

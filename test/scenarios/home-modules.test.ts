@@ -19,7 +19,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { delegate } from '@ioa/collab'
 import { createIoaNode, loadConfig, readKeyFile, startFromConfig } from '@ioa/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { expectErrorCode, until } from '../util.js'
+import { LOOPBACK, expectErrorCode, until } from '../util.js'
 import type { Identity } from '@ioa/interconnect'
 import type { IoaNode, NodeLogEvent, StartedNode } from '@ioa/node'
 import type { ChildProcessWithoutNullStreams } from 'node:child_process'
@@ -268,7 +268,7 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
   const views = new Map<string, ScenarioNode>()
 
   beforeAll(async () => {
-    seed = await createIoaNode({ domain: 'seed.example' })
+    seed = await createIoaNode({ domain: 'seed.example', transport: { allow: LOOPBACK } })
     const bootstrap = seed.addresses()[0]
     const [server, r2, drone, robot1] = await Promise.all([
       inProcess('home-server', 'home-server.json', bootstrap, timeline),
@@ -280,7 +280,7 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
     r1 = robot1
     for (const v of [server.view, r2.view, drone.view, r1.view]) views.set(v.name, v)
     homeowner = (await readKeyFile(join(ROOT, 'scenarios', 'keys', 'homeowner.json'), ROOT)).identity
-    driver = await createIoaNode({ domain: 'people.example', bootstrap: [bootstrap] })
+    driver = await createIoaNode({ domain: 'people.example', bootstrap: [bootstrap], transport: { allow: LOOPBACK } })
   }, 60_000)
 
   afterAll(async () => {

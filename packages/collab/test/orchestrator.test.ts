@@ -17,7 +17,7 @@ import { createTransportNode } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { delay, rejectionOf, until as poll } from '../../../test/util.js'
+import { LOOPBACK, delay, rejectionOf, until as poll } from '../../../test/util.js'
 import { delegate } from '../src/delegation.js'
 import { createOrchestrator } from '../src/orchestrator.js'
 import { declarativePlanner } from '../src/planners/index.js'
@@ -53,7 +53,7 @@ interface Peer {
 }
 
 async function startPeer (bootstrap: TransportNode[], datastore: Datastore = new MemoryDatastore()): Promise<Peer> {
-  const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], datastore })
+  const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], datastore, allow: LOOPBACK })
   for (const b of bootstrap) await node.dial(b.getMultiaddrs())
   if (bootstrap.length > 0) await until(() => routingTableSize(node) >= 1 ? true : undefined, 20_000, 'routing table')
   const ic = await createInterconnect(node, { requestTimeout: 3_000, datastore })
@@ -511,7 +511,7 @@ describe('orchestrator over TCP', () => {
       const [dir, bootstrap] = [process.argv[1], JSON.parse(process.argv[2])]
       const datastore = new LevelDatastore(dir)
       await datastore.open()
-      const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], datastore })
+      const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], datastore, allow: ${JSON.stringify(LOOPBACK)} })
       for (const addr of bootstrap) await node.dial((await import('@multiformats/multiaddr')).multiaddr(addr)).catch(() => {})
       const ic = await createInterconnect(node, { datastore, requestTimeout: 3000 })
       const agent = await ic.host({ key: 'proc-orch', name: 'Process orchestrator', skills: [{ id: 'test.resumer' }] })

@@ -102,7 +102,13 @@ export const NodeConfigSchema = z.object({
     maxFrameSize: z.number().int().positive().optional(),
     maxInFlightPerPeer: z.number().int().positive().optional(),
     requestTimeout: z.number().int().positive().optional(),
-    maxConnections: z.number().int().positive().optional()
+    maxConnections: z.number().int().positive().optional(),
+    /**
+     * IP prefixes (`/ip4/127.0.0.1`, `/ip4/10.0.0.0/ipcidr/8`) whose
+     * connections bypass maxConnections and libp2p's inbound rate limit; only
+     * for hosts you control (a demo of many nodes on one machine) @default []
+     */
+    allow: z.array(z.string().max(256).regex(/^\/ip[46]\/[^/]+(\/ipcidr\/\d{1,3})?$/, 'an IP prefix such as /ip4/127.0.0.1 or /ip4/10.0.0.0/ipcidr/8')).max(64).optional()
   }).strict().optional(),
   /** DHT provider-record lifetime in ms @default 600_000 */
   providerTtl: z.number().int().min(1000).optional(),
@@ -120,7 +126,19 @@ export const NodeConfigSchema = z.object({
     inner: PeerIdString
   }).strict()).min(1).max(16).optional(),
   /** Run a domain gateway: a second node in the domain network, exporting selected skills here */
-  gateway: GatewayConfig.optional()
+  gateway: GatewayConfig.optional(),
+  /**
+   * Key file (relative to the config file) of the domain network's
+   * pre-shared key (`ioa key new --domain-psk`). The domain network is
+   * private: the gateway's inner node (with `gateway`) or this node (with
+   * `behindGateways`) connects only to holders of the key. Required (or
+   * `domainPsk`, or $IOA_DOMAIN_PSK_FILE / $IOA_DOMAIN_PSK) with
+   * `behindGateways` or `gateway`, refused without them
+   * @default $IOA_DOMAIN_PSK_FILE
+   */
+  domainPskFile: z.string().min(1).max(4096).optional(),
+  /** The pre-shared key inline (the key file's text, or its 64 hex digits); prefer `domainPskFile` @default $IOA_DOMAIN_PSK */
+  domainPsk: z.string().min(1).max(1024).optional()
 }).strict()
 
 export type NodeConfig = z.output<typeof NodeConfigSchema>
@@ -166,12 +184,13 @@ export async function loadConfig (path: string): Promise<NodeConfig> {
 }
 
 /**
- * Resolve the config's relative paths (data directory, agent modules and
- * programs) against `baseDir`
+ * Resolve the config's relative paths (data directory, key file, agent
+ * modules and programs) against `baseDir`
  */
 export function resolvePaths (config: NodeConfig, baseDir: string): NodeConfig {
   const out: NodeConfig = { ...config }
   if (out.dataDir != null) out.dataDir = resolve(baseDir, out.dataDir)
+  if (out.domainPskFile != null) out.domainPskFile = resolve(baseDir, out.domainPskFile)
   if (out.agents != null) {
     out.agents = out.agents.map(a => ({
       ...a,

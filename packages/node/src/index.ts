@@ -14,6 +14,7 @@ export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, Node
 export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } from './config.js'
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
 export { startFromConfig } from './start.js'
+export { DOMAIN_PSK_ENV, DOMAIN_PSK_FILE_ENV } from './domain-key.js'
 export type {
   AgentModule, AgentModuleContext, AgentImplementation, NodeLogEvent, StartFromConfigOptions, RunningAgent, StartedNode
 } from './start.js'

@@ -6,13 +6,15 @@ import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGatewa
 import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
+import { domainKeySource } from './domain-key.js'
 import type { NodeConfig } from './config.js'
+import type { DomainKeyOptions } from './domain-key.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
-import type { MessagingInit, TransportNode, TransportNodeInit } from '@ioa/transport'
+import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
 import type { AbortOptions } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
@@ -107,6 +109,13 @@ export interface IoaGatewayInit extends Omit<GatewayInit, 'inner' | 'outer' | 'd
   listen?: string[]
   /** Peers of the domain network @default [] */
   bootstrap?: string[]
+  /**
+   * The domain network's pre-shared key: the inner node is then a member of
+   * the private network (the outer node never is)
+   *
+   * @default undefined (the inner node is open to any peer)
+   */
+  privateNetwork?: PrivateNetworkInit
 }
 
 /** A running domain gateway */
@@ -313,13 +322,16 @@ class DefaultIoaNode implements IoaNode {
 
   /** Start the domain gateway: an inner node in the domain network, bridged to this one */
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
-    const { listen, bootstrap, domain, ...rest } = g
+    const { listen, bootstrap, domain, privateNetwork, ...rest } = g
     const { datastore, owned } = await openDatastore({ dataDir: init.dataDir != null ? `${init.dataDir}/gateway` : undefined })
     let innerNode: TransportNode | undefined
     let inner: Interconnect | undefined
     try {
       innerNode = await createTransportNode({
         ...init.transport,
+        // the domain network's key, never the outer node's own
+        privateNetwork,
+        ...(privateNetwork != null ? { dhtProtocol: undefined } : {}),
         listen: listen ?? ['/ip4/127.0.0.1/tcp/0'],
         bootstrap: bootstrap ?? [],
         datastore,
@@ -456,9 +468,15 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   }
 }
 
-/** Node options from a validated config file */
-export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
+/**
+ * Node options from a validated config file. The domain network's key comes
+ * from the config or from `options.env` (see `domainKeySource`): it closes
+ * the gateway's inner node when the config runs a gateway, else this node
+ * (behind gateways).
+ */
+export function initFromConfig (config: NodeConfig | unknown, options: DomainKeyOptions = {}): IoaNodeInit {
   const c = parseConfig(config)
+  const domainKey = domainKeySource(c, options)
   return {
     listen: c.listen,
     bootstrap: c.bootstrap,
@@ -467,7 +485,9 @@ export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
     transport: {
       providerTtl: c.providerTtl,
       maxConnections: c.limits?.maxConnections,
-      transports: ['tcp', 'websockets']
+      allow: c.limits?.allow ?? [],
+      transports: ['tcp', 'websockets'],
+      ...(domainKey != null && c.gateway == null ? { privateNetwork: domainKey.init } : {})
     },
     messaging: {
       maxFrameSize: c.limits?.maxFrameSize,
@@ -499,7 +519,8 @@ export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
             exports: c.gateway.exports,
             innerCapabilities: c.gateway.innerCapabilities,
             rateLimit: c.gateway.rateLimit,
-            refreshInterval: c.gateway.refreshInterval
+            refreshInterval: c.gateway.refreshInterval,
+            privateNetwork: domainKey?.init
           }
         }
       : {})

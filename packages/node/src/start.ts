@@ -5,6 +5,7 @@
  */
 import { pathToFileURL } from 'node:url'
 import { ConfigError, parseConfig } from './config.js'
+import { domainKeySource } from './domain-key.js'
 import { startExternalAgent } from './external-agent.js'
 import { createIoaNode, initFromConfig } from './ioa-node.js'
 import type { AgentConfig, NodeConfig } from './config.js'
@@ -53,6 +54,10 @@ export interface StartFromConfigOptions {
   layers?: IoaLayer[]
   /** Node options that override the config's (e.g. a datastore) */
   overrides?: Partial<IoaNodeInit>
+  /** Where `IOA_DOMAIN_PSK_FILE` / `IOA_DOMAIN_PSK` are read @default process.env */
+  env?: Record<string, string | undefined>
+  /** Base of a relative `IOA_DOMAIN_PSK_FILE` @default process.cwd() */
+  cwd?: string
 }
 
 export interface RunningAgent {
@@ -100,8 +105,13 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     modules.push({ ref: a, impl: mod.default as AgentModule })
   }
 
-  const init = { ...initFromConfig(c), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
-  const node = await createIoaNode(init)
+  const keyOptions = { env: options.env ?? process.env, cwd: options.cwd }
+  const init = { ...initFromConfig(c, keyOptions), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
+  const node = await createIoaNode(init).catch((err) => {
+    // a key file that cannot be read or parsed is a config error of its field
+    if ((err as Error)?.name === 'InvalidDomainKeyError') throw new ConfigError((err as Error).message, domainKeySource(c, keyOptions)?.field)
+    throw err
+  })
   const controller = new AbortController()
   const running: RunningAgent[] = []
   const impls: AgentImplementation[] = []

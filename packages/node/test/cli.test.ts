@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { LevelDatastore } from 'datastore-level'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { until } from '../../../test/util.js'
+import { LOOPBACK, until } from '../../../test/util.js'
 import type { ChildProcess } from 'node:child_process'
 
 const BIN = fileURLToPath(new URL('../bin/ioa.js', import.meta.url))
@@ -69,6 +69,7 @@ beforeAll(async () => {
   const config = join(dir, 'node.json')
   await writeFile(config, JSON.stringify({
     domain: 'demo.example',
+    limits: { allow: LOOPBACK }, // dozens of client processes on 127.0.0.1 dial this node
     agents: [{ key: 'echo', name: 'Echo agent', module: ECHO_AGENT, skills: [{ id: 'demo.echo', tags: ['test'] }, { id: 'demo.wait' }] }]
   }))
   node = spawn(process.execPath, [BIN, 'start', '--json', '--config', config], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })

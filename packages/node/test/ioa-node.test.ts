@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
+import { generateDomainKey } from '@ioa/transport'
 import { afterEach, describe, expect, it } from 'vitest'
 import { rejectionOf, until } from '../../../test/util.js'
 import { createIoaNode, initFromConfig, loadConfig, parseConfig, resolvePaths, startFromConfig } from '../src/index.js'
@@ -164,9 +165,11 @@ describe('custom layers', () => {
 
 describe('gateway role from a config, over TCP', () => {
   it('exports a skill of a node behind the gateway: relayed for an allowed domain, refused otherwise, both reported as node events', async () => {
-    // the gateway: its public node, and an inner node in the domain network
+    // the gateway: its public node, and an inner node in the domain network (private: the domain's key)
+    const domainPsk = generateDomainKey()
     const gw = await createIoaNode(initFromConfig(parseConfig({
       domain: 'riviera.example',
+      domainPsk,
       gateway: { exports: [{ skill: 'travel.hotel.booking', domains: ['cars.example'] }], refreshInterval: 300 }
     })))
     nodes.push(gw)
@@ -179,6 +182,7 @@ describe('gateway role from a config, over TCP', () => {
     const hotelNode = await createIoaNode(initFromConfig(parseConfig({
       domain: 'riviera.example',
       bootstrap: [inner],
+      domainPsk,
       behindGateways: [{ outer: gw.transport.peerId.toString(), inner: gw.gateway!.inner.peerId.toString() }]
     })))
     nodes.push(hotelNode)

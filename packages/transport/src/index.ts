@@ -35,3 +35,8 @@ export { openDatastore } from './node.js'
 export { AsyncQueue } from './async-queue.js'
 export { TokenBuckets } from './rate-limit.js'
 export { membersOnlyGater } from './gater.js'
+export {
+  InvalidDomainKeyError, parseDomainKey, readDomainKeyFile, loadDomainKey, generateDomainKey, privateDhtProtocol,
+  DOMAIN_KEY_HEADER, PRIVATE_DHT_PREFIX
+} from './private-network.js'
+export type { PrivateNetworkInit, DomainKey } from './private-network.js'

@@ -18,7 +18,9 @@ import { LevelDatastore } from 'datastore-level'
 import { createLibp2p } from 'libp2p'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
+import { domainKeyProtector, loadDomainKey } from './private-network.js'
 import type { Messaging, MessagingInit } from './messaging.js'
+import type { PrivateNetworkInit } from './private-network.js'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
@@ -102,9 +104,21 @@ export interface TransportNodeInit {
   /**
    * DHT protocol id
    *
-   * @default '/ioa/kad/1.0.0'
+   * @default '/ioa/kad/1.0.0', or the key's id in a private network (`/ioa/kad/1.0.0/psk/<16 hex>`)
    */
   dhtProtocol?: string
+
+  /**
+   * Make this node a member of a private network (a domain's own network):
+   * every connection is protected with the pre-shared key (libp2p pnet), so
+   * a peer without the key cannot complete a connection, and the DHT runs
+   * under a protocol id derived from the key (spec/interconnect.md, "Private
+   * domain networks"). A bad or unreadable key fails with
+   * `InvalidDomainKeyError`.
+   *
+   * @default undefined (a public network: no pre-shared key)
+   */
+  privateNetwork?: PrivateNetworkInit
 
   /**
    * Kademlia bucket size (k)
@@ -125,9 +139,12 @@ export interface TransportNodeInit {
   /**
    * Multiaddrs (IP prefixes such as `/ip4/127.0.0.1` or
    * `/ip4/10.0.0.0/ipcidr/8`) exempt from connection limits and the inbound
-   * rate limit
+   * rate limit. Connections from these addresses bypass `maxConnections`,
+   * libp2p's pending-connection cap and its inbound rate limit (5 per second
+   * per host), so list only hosts you control: tests and single-machine
+   * demos that start many nodes on loopback pass `['/ip4/127.0.0.1', '/ip6/::1']`.
    *
-   * @default ['/ip4/127.0.0.1', '/ip6/::1']
+   * @default [] (every connection counts against the limits, loopback too)
    */
   allow?: string[]
 
@@ -191,7 +208,7 @@ export async function openDatastore (init: TransportNodeInit): Promise<{ datasto
 /**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
  * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
- * service.
+ * service; in a private network, the pre-shared-key connection protector.
  */
 export async function createTransportNode (init: TransportNodeInit = {}): Promise<TransportNode> {
   const kinds = init.transports ?? ['tcp', 'websockets']
@@ -209,6 +226,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   const { datastore, owned } = await openDatastore(init)
 
   try {
+    const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
 
     const transports = kinds.map(k => {
@@ -235,17 +253,18 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       streamMuxers: [yamux()],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
+      ...(domainKey != null ? { connectionProtector: domainKeyProtector(domainKey) } : {}),
       // a busy node can miss a heartbeat ping; that alone must not cut the link
       connectionMonitor: { abortConnectionOnPingFailure: false },
       connectionManager: {
         maxConnections: init.maxConnections ?? 300,
-        allow: init.allow ?? ['/ip4/127.0.0.1', '/ip6/::1']
+        allow: init.allow ?? []
       },
       services: {
         identify: identify(),
         ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
         dht: kadDHT({
-          protocol: init.dhtProtocol ?? IOA_DHT_PROTOCOL,
+          protocol: init.dhtProtocol ?? domainKey?.dhtProtocol ?? IOA_DHT_PROTOCOL,
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
@@ -260,6 +279,12 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
         messaging: messaging(init.messaging)
       }
     })
+
+    if (domainKey != null) {
+      const log = node.logger.forComponent('ioa:transport:pnet')
+      log('private network: connections need the pre-shared key; DHT %s', init.dhtProtocol ?? domainKey.dhtProtocol)
+      if (domainKey.exposed === true) log.error('the pre-shared key file %s can be read by other users: chmod 600 it', init.privateNetwork?.pskFile)
+    }
 
     if (owned) {
       // the store opened here closes when the node stops, and stop() waits

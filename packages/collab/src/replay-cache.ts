@@ -9,6 +9,8 @@
  * entries). An evicted entry raises the *floor of its own sender* only.
  */
 import { DEFAULT_CLOCK_SKEW } from './delegation.js'
+import { DList, links } from './dlist.js'
+import type { Links } from './dlist.js'
 import type { Did } from '@ioa/interconnect'
 
 /** Width of an expiry bucket, in ms */
@@ -106,14 +108,23 @@ interface Entry {
   readonly iat: number
   readonly expires: number
   readonly bucket: number
+  /** place in the cache's insertion order */
+  readonly all: Links<Entry>
+  /** place in its sender's insertion order */
+  readonly mine: Links<Entry>
 }
 
 interface Floor {
+  readonly from: Did
   /** Envelopes of the sender issued at or before this are refused */
   iat: number
   /** The floor may be forgotten after this time */
   until: number
+  readonly order: Links<Floor>
 }
+
+const allOf = (e: Entry): Links<Entry> => e.all
+const mineOf = (e: Entry): Links<Entry> => e.mine
 
 function positiveInteger (name: string, value: number): number {
   if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer`)
@@ -131,19 +142,23 @@ export class ReplayCache {
   readonly maxFloors: number
   readonly clockSkew: number
   readonly maxTtl: number
-  /** key -> entry, in insertion order (the oldest first: evicted when full) */
+  /** key -> entry */
   private readonly entries = new Map<string, Entry>()
-  /** sender -> its entries in insertion order */
-  private readonly senders = new Map<Did, Set<Entry>>()
+  /** every entry, oldest first (evicted first when full) */
+  private readonly order = new DList<Entry>(allOf)
+  /** sender -> its entries, oldest first */
+  private readonly senders = new Map<Did, DList<Entry>>()
   /** peer -> entries it holds */
   private readonly peers = new Map<string, number>()
   /** expiry bucket (floor(expires / 1 s)) -> entries */
   private readonly buckets = new Map<number, Set<Entry>>()
   /** every bucket up to this one has been swept */
   private sweptTo = -Infinity
-  /** sender -> floor, in order of `until` (re-inserted when raised) */
+  /** sender -> floor */
   private readonly floors = new Map<Did, Floor>()
-  private globalFloor: Floor = { iat: -Infinity, until: -Infinity }
+  /** the floors in order of `until` (moved to the end when raised) */
+  private readonly floorOrder = new DList<Floor>(f => f.order)
+  private globalFloor: { iat: number, until: number } = { iat: -Infinity, until: -Infinity }
   private readonly counters = {
     taken: 0, replays: 0, peerQuotaRefusals: 0, senderEvictions: 0, capacityEvictions: 0, floorOverflows: 0, expired: 0, visited: 0
   }
@@ -212,12 +227,12 @@ export class ReplayCache {
       return 'peer-quota'
     }
     const own = this.senders.get(from)
-    while (own != null && own.size >= this.maxEntriesPerSender) {
-      this.evict(own.values().next().value as Entry, now)
+    while (own?.first != null && own.size >= this.maxEntriesPerSender) {
+      this.evict(own.first, now)
       this.counters.senderEvictions++
     }
-    while (this.entries.size >= this.maxEntries) {
-      this.evict(this.entries.values().next().value as Entry, now)
+    while (this.order.first != null && this.entries.size >= this.maxEntries) {
+      this.evict(this.order.first, now)
       this.counters.capacityEvictions++
     }
     // an eviction may have raised this sender's floor above this envelope
@@ -245,10 +260,12 @@ export class ReplayCache {
 
   clear (): void {
     this.entries.clear()
+    this.order.clear()
     this.senders.clear()
     this.peers.clear()
     this.buckets.clear()
     this.floors.clear()
+    this.floorOrder.clear()
     this.sweptTo = -Infinity
     this.globalFloor = { iat: -Infinity, until: -Infinity }
   }
@@ -258,14 +275,15 @@ export class ReplayCache {
     const bucket = Math.floor(expires / BUCKET_MS)
     const stale = this.entries.get(key)
     if (stale != null) this.remove(stale)
-    const e: Entry = { key, from, peer, iat, expires, bucket }
+    const e: Entry = { key, from, peer, iat, expires, bucket, all: links(), mine: links() }
     this.entries.set(key, e)
+    this.order.push(e)
     let own = this.senders.get(from)
     if (own == null) {
-      own = new Set()
+      own = new DList(mineOf)
       this.senders.set(from, own)
     }
-    own.add(e)
+    own.push(e)
     if (peer != null) this.peers.set(peer, (this.peers.get(peer) ?? 0) + 1)
     let b = this.buckets.get(bucket)
     if (b == null) {
@@ -280,9 +298,10 @@ export class ReplayCache {
   private remove (e: Entry): void {
     this.counters.visited++
     this.entries.delete(e.key)
+    this.order.remove(e)
     const own = this.senders.get(e.from)
     if (own != null) {
-      own.delete(e)
+      own.remove(e)
       if (own.size === 0) this.senders.delete(e.from)
     }
     if (e.peer != null) {
@@ -307,12 +326,20 @@ export class ReplayCache {
     }
     // every envelope issued at or before the floor is dead by this time
     const until = now + this.maxTtl + 2 * this.clockSkew
-    const floor = this.floors.get(e.from)
-    if (floor != null) this.floors.delete(e.from)
-    this.floors.set(e.from, { iat: Math.max(floor?.iat ?? -Infinity, e.iat), until: Math.max(floor?.until ?? -Infinity, until) })
-    while (this.floors.size > this.maxFloors) {
-      const [oldest, f] = this.floors.entries().next().value as [Did, Floor]
-      this.floors.delete(oldest)
+    let floor = this.floors.get(e.from)
+    if (floor != null) {
+      this.floorOrder.remove(floor)
+      floor.iat = Math.max(floor.iat, e.iat)
+      floor.until = Math.max(floor.until, until)
+    } else {
+      floor = { from: e.from, iat: e.iat, until, order: links() }
+      this.floors.set(e.from, floor)
+    }
+    this.floorOrder.push(floor)
+    while (this.floorOrder.first != null && this.floors.size > this.maxFloors) {
+      const f = this.floorOrder.first
+      this.floorOrder.remove(f)
+      this.floors.delete(f.from)
       this.counters.visited++
       this.counters.floorOverflows++
       this.globalFloor = { iat: Math.max(this.globalFloor.iat, f.iat), until: Math.max(this.globalFloor.until, f.until) }
@@ -338,10 +365,10 @@ export class ReplayCache {
       }
       this.sweptTo = upTo
     }
-    for (const [from, f] of this.floors) {
-      if (f.until >= now) break
+    for (let f = this.floorOrder.first; f != null && f.until < now; f = this.floorOrder.first) {
       this.counters.visited++
-      this.floors.delete(from)
+      this.floorOrder.remove(f)
+      this.floors.delete(f.from)
     }
     if (this.globalFloor.until < now) this.globalFloor = { iat: -Infinity, until: -Infinity }
   }

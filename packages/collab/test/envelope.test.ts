@@ -74,6 +74,15 @@ describe('envelope', () => {
     await expectErrorCode(verifyEnvelope(env2, body, { self: pay.did, replayCache }), 'REPLAY')
   })
 
+  it('concurrent copies of one envelope: exactly one is accepted, the others are REPLAY', async () => {
+    const env = await envelope()
+    const replayCache = new ReplayCache()
+    const results = await Promise.allSettled(Array.from({ length: 6 }, async () => verifyEnvelope(wire(env), body, { self: pay.did, replayCache })))
+    expect(results.filter(r => r.status === 'fulfilled')).toHaveLength(1)
+    for (const r of results) if (r.status === 'rejected') expect(r.reason.code).toBe('REPLAY')
+    expect(replayCache.stats.taken).toBe(1)
+  })
+
   it('rejects expired, future and over-long envelopes', async () => {
     const now = Date.now()
     const replayCache = new ReplayCache()

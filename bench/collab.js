@@ -12,8 +12,10 @@
 //   `criticalPath(plan, durations)` (the baseline: the shortest possible
 //   run). Target: at most 1.2x.
 // - `chain`: delegation chain verification (bench/collab-chain.js).
+// - `replay`: envelope verification with 100,000 replay-cache entries held,
+//   against the pre-fix cache in the same run (bench/collab-replay.js).
 //
-// Register in bench/index.js: `import { orchestrationGroup, dagGroup, chainGroup } from './collab.js'`
+// Register in bench/index.js: `import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'`
 // and add them to GROUPS. Standalone (after `npx tsc -b`):
 //
 //   node --import ./scripts/polyfill.js bench/collab.js [--quick] [--group orchestration|dag|chain]
@@ -24,6 +26,7 @@ import { createTransportNode } from '@ioa/transport'
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { createOrchestrator, createTaskService, criticalPath, delegate } from '@ioa/collab'
 import { benchChainVerify } from './collab-chain.js'
+import { benchReplayCache } from './collab-replay.js'
 
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 
@@ -335,7 +338,15 @@ export const chainGroup = {
   }
 }
 
-export const GROUPS = [orchestrationGroup, dagGroup, chainGroup]
+export const replayGroup = {
+  name: 'replay',
+  title: 'envelope verification with 100,000 replay-cache entries held, now and before issue 9 (baseline: an empty cache)',
+  async run ({ quick, progress }) {
+    return benchReplayCache({ quick, progress })
+  }
+}
+
+export const GROUPS = [orchestrationGroup, dagGroup, chainGroup, replayGroup]
 
 if (process.argv[1] != null && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv.includes('--dag-workers')) {
   // the child of the dag group: serve the sleepers until stdin closes

@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
 import { discoveryGroup, hostingGroup } from './interconnect.js'
-import { orchestrationGroup, dagGroup, chainGroup } from './collab.js'
+import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'
 import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
 
@@ -469,6 +469,7 @@ const GROUPS = [
   discoveryGroup,
   hostingGroup,
   chainGroup,
+  replayGroup,
   orchestrationGroup,
   dagGroup,
   nodeGroup

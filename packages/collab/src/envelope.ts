@@ -9,6 +9,7 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { domainSeparated, isCapability } from '@ioa/interconnect'
+import { TooManyRequestsError } from '@ioa/transport'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
@@ -17,8 +18,12 @@ import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
 } from './errors.js'
 import { signWith } from './ed25519.js'
+import { ReplayCache } from './replay-cache.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
+
+export { ReplayCache }
+export type { ReplayCacheInit, ReplayCacheStats, ReplayOutcome } from './replay-cache.js'
 
 /** Domain-separation prefix of envelope signatures */
 export const ENVELOPE_PREFIX = 'ioa:envelope:v1\n'
@@ -242,92 +247,15 @@ export function checkEnvelope (raw: unknown): CheckedEnvelope {
   return { envelope: env, proofs: checked, payloadBytes }
 }
 
-export interface ReplayCacheInit {
-  /**
-   * Most (from, nonce) entries remembered
-   *
-   * @default 100_000
-   */
-  maxEntries?: number
-  /**
-   * Added to an envelope's `exp` to get the time its entry may be forgotten
-   *
-   * @default 30_000
-   */
-  clockSkew?: number
-}
-
-/**
- * Remembers the (from, nonce) pairs of accepted envelopes until they could no
- * longer be accepted anyway (their `exp` + clock skew). Bounded: when full of
- * unexpired entries it evicts the oldest and from then on refuses every
- * envelope issued at or before the evicted one's `iat` (the floor), so an
- * evicted nonce can never be replayed.
- */
-export class ReplayCache {
-  readonly maxEntries: number
-  readonly clockSkew: number
-  private readonly entries = new Map<string, { expires: number, iat: number }>()
-  private floor = -Infinity
-
-  constructor (init: ReplayCacheInit = {}) {
-    this.maxEntries = init.maxEntries ?? 100_000
-    this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
-    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) throw new RangeError('maxEntries must be a positive integer')
-    if (!Number.isFinite(this.clockSkew) || this.clockSkew < 0) throw new RangeError('clockSkew must be >= 0')
-  }
-
-  get size (): number {
-    return this.entries.size
-  }
-
-  private static key (from: Did, nonce: string): string {
-    return `${from}\n${nonce}`
-  }
-
-  /** Has this (from, nonce) been seen, or is it below the floor? */
-  has (from: Did, nonce: string, iat: number, now = Date.now()): boolean {
-    const e = this.entries.get(ReplayCache.key(from, nonce))
-    if (e != null && e.expires >= now) return true
-    return iat <= this.floor
-  }
-
-  /**
-   * Record (from, nonce) unless already seen. Returns `false` when it was a
-   * replay (or below the floor); `true` when it is new and now remembered.
-   */
-  check (from: Did, nonce: string, iat: number, exp: number, now = Date.now()): boolean {
-    if (this.has(from, nonce, iat, now)) return false
-    if (this.entries.size >= this.maxEntries) this.prune(now)
-    while (this.entries.size >= this.maxEntries) {
-      const [oldestKey, oldest] = this.entries.entries().next().value as [string, { expires: number, iat: number }]
-      this.entries.delete(oldestKey)
-      this.floor = Math.max(this.floor, oldest.iat)
-      if (iat <= this.floor) return false
-    }
-    const key = ReplayCache.key(from, nonce)
-    this.entries.delete(key)
-    this.entries.set(key, { expires: exp + this.clockSkew, iat })
-    return true
-  }
-
-  /** Forget entries whose envelopes can no longer be accepted */
-  prune (now = Date.now()): void {
-    for (const [k, e] of this.entries) {
-      if (e.expires < now) this.entries.delete(k)
-    }
-  }
-
-  clear (): void {
-    this.entries.clear()
-    this.floor = -Infinity
-  }
-}
-
 export interface VerifyEnvelopeOptions {
   /** The receiving agent: `payload.to` must equal it */
   self: Did
   replayCache: ReplayCache
+  /**
+   * The peer the envelope came from (a peer id string): its entries in the
+   * replay cache count against `maxEntriesPerPeer`
+   */
+  peer?: string
   /** @default Date.now() */
   now?: number
   /** @default 30_000 */
@@ -352,13 +280,13 @@ export interface VerifiedEnvelope {
 
 /**
  * Verify a received envelope and its body: shape, `to`, time window,
- * signature, nonce (replay cache), body CID, then the delegation chain
- * (`aud` of the leaf is `from`, or the leaf is issued by `from` to `to`; a
- * capability covers `skill`).
+ * signature, nonce not seen (replay cache), body CID, then the delegation
+ * chain (`aud` of the leaf is `from`, or the leaf is issued by `from` to
+ * `to`; a capability covers `skill`); only then is the nonce remembered.
  *
  * Errors: `INVALID_ENVELOPE`, `INVALID_TOKEN` (a malformed proof),
- * `ENVELOPE_EXPIRED`, `INVALID_SIGNATURE`,
- * `REPLAY`, `UNAUTHORIZED`, and the chain errors of `verifyChain`
+ * `ENVELOPE_EXPIRED`, `INVALID_SIGNATURE`, `REPLAY`, `UNAUTHORIZED`,
+ * `TOO_MANY_REQUESTS` (the peer's replay-cache quota), and the chain errors of `verifyChain`
  * (`INVALID_TOKEN`, `TOKEN_EXPIRED`, `ESCALATION`, `REVOKED`, …).
  */
 export async function verifyEnvelope (raw: unknown, body: unknown, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
@@ -384,8 +312,10 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
   if (!await verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
     throw new InvalidSignatureError('Envelope signature does not verify')
   }
-  // the nonce is consumed by any correctly signed envelope, whatever follows
-  if (!options.replayCache.check(p.from, p.nonce, p.iat, p.exp, now)) {
+  // a replay is refused before any further work; the nonce itself is only
+  // remembered once the envelope is accepted (below), so envelopes that fail
+  // their chain (e.g. without proofs, from fresh keys) take no cache entries
+  if (options.replayCache.has(p.from, p.nonce, p.iat, now)) {
     throw new ReplayError('Envelope nonce already used')
   }
   const cid = await cidOfBody()
@@ -406,5 +336,11 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
   }
   const capability = capabilityFor(chain, p.skill)
   if (capability == null) throw new UnauthorizedError(`The delegation does not cover ${p.skill}`)
+  // accepted: consume the nonce (a concurrent copy that got here first wins)
+  const outcome = options.replayCache.take(p.from, p.nonce, p.iat, p.exp, now, options.peer)
+  if (outcome === 'replay') throw new ReplayError('Envelope nonce already used')
+  if (outcome === 'peer-quota') {
+    throw new TooManyRequestsError(`The peer holds ${options.replayCache.maxEntriesPerPeer} replay-cache entries; retry when some expire`)
+  }
   return { chain, capability, bodyCid: cid }
 }

@@ -35,6 +35,7 @@ export const InvalidPlanError = family.define('InvalidPlanError', 'INVALID_PLAN'
 export const PlannerFailedError = family.define('PlannerFailedError', 'PLANNER_FAILED', 'Planner failed')
 export const NoProviderError = family.define('NoProviderError', 'NO_PROVIDER', 'No provider for a capability')
 export const StepFailedError = family.define('StepFailedError', 'STEP_FAILED', 'Plan step failed')
+export const RevocationQuotaError = family.define('RevocationQuotaError', 'REVOCATION_QUOTA', 'Revocation store quota exceeded')
 
 /**
  * Turn an error received from a remote peer (a transport `RemoteError` with one

@@ -40,6 +40,11 @@ export {
   ENVELOPE_PREFIX, ENVELOPE_LIMITS, TASK_ID_PATTERN, DEFAULT_ENVELOPE_TTL
 } from './envelope.js'
 export type { Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, VerifyEnvelopeOptions, VerifiedEnvelope } from './envelope.js'
+// bounds of the replay cache and the revocation store (issue 9, items 3a and 3b)
+export type { ReplayCacheStats, ReplayOutcome } from './envelope.js'
+export { RevocationQuotaError } from './errors.js'
+export type { CreateRevocationOptions } from './revocation.js'
+export type { RevocationLimitsInit } from './revocation-limits.js'
 export {
   allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, evaluatePolicy,
   createApproval, verifyApproval, parseApproval, approvalSigningBytes, APPROVAL_PREFIX, DEFAULT_APPROVAL_TTL

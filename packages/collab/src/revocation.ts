@@ -13,10 +13,12 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { isTokenCid, tokenCid } from './delegation.js'
 import { CollabError, InvalidSignatureError, InvalidTokenError, PrincipalMismatchError } from './errors.js'
+import { RevocationLimits } from './revocation-limits.js'
+import type { RevocationLimitsInit } from './revocation-limits.js'
 import type { Token } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { PeerId } from '@libp2p/interface'
+import type { ComponentLogger, Logger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 /** Protocol id of revocation flooding */
@@ -45,6 +47,12 @@ export interface RevocationPayload {
   revoke: string
   /** When the revocation was made, ms since the Unix epoch */
   at: number
+  /**
+   * The revoked token's `exp` (ms since the epoch): the record may be
+   * forgotten once it has passed (plus the clock skew). Optional: records
+   * without it are kept as long as the store keeps them
+   */
+  exp?: number
 }
 
 export interface Revocation {
@@ -74,17 +82,21 @@ function checkRevocation (value: unknown): { rev: Revocation, bytes: Uint8Array 
   onlyKeys(value, ['payload', 'sig'], 'revocation')
   const p = value.payload
   if (!isPlainMap(p)) throw new InvalidTokenError('Revocation payload must be a map')
-  onlyKeys(p, ['v', 'iss', 'revoke', 'at'], 'revocation payload')
+  onlyKeys(p, ['v', 'iss', 'revoke', 'at', 'exp'], 'revocation payload')
   if (p.v !== 1) throw new InvalidTokenError(`Unsupported revocation version ${String(p.v)}`)
   if (!isDid(p.iss)) throw new InvalidTokenError('Revocation iss must be an Ed25519 did:key')
   if (!isTokenCid(p.revoke)) throw new InvalidTokenError('Revocation revoke must be a token CID')
   if (typeof p.at !== 'number' || !Number.isSafeInteger(p.at) || p.at < 0) {
     throw new InvalidTokenError('Revocation at must be a non-negative integer (ms)')
   }
+  if (p.exp !== undefined && (typeof p.exp !== 'number' || !Number.isSafeInteger(p.exp) || p.exp < 0)) {
+    throw new InvalidTokenError('Revocation exp must be a non-negative integer (ms)')
+  }
   if (!(value.sig instanceof Uint8Array) || value.sig.length !== 64) {
     throw new InvalidSignatureError('Revocation signature must be 64 bytes')
   }
-  const rev: Revocation = { payload: { v: 1, iss: p.iss, revoke: p.revoke, at: p.at }, sig: new Uint8Array(value.sig) }
+  const payload: RevocationPayload = { v: 1, iss: p.iss, revoke: p.revoke, at: p.at, ...(p.exp !== undefined ? { exp: p.exp } : {}) }
+  const rev: Revocation = { payload, sig: new Uint8Array(value.sig) }
   const bytes = dagCbor.encode(rev)
   if (bytes.byteLength > REVOCATION_LIMITS.maxRevocationBytes) {
     throw new InvalidTokenError(`Revocation is larger than ${REVOCATION_LIMITS.maxRevocationBytes} bytes`)
@@ -129,18 +141,33 @@ export async function revocationCid (rev: Revocation): Promise<CID> {
   return CID.createV1(DAG_CBOR, await sha256.digest(encodeRevocation(rev)))
 }
 
+export interface CreateRevocationOptions {
+  /** @default Date.now() */
+  at?: number
+  /**
+   * The record's `exp`: when stores may forget it. `null`: no `exp` (the
+   * record is then readable by peers that predate the field)
+   *
+   * @default the revoked token's `exp`
+   */
+  exp?: number | null
+  signal?: AbortSignal
+}
+
 /**
  * Revoke `token` as `identity`. The revocation is only honoured when
  * `identity` issued the token or one of the tokens it is proven by; that is
  * checked by whoever verifies a chain, not here.
  */
-export async function createRevocation (identity: Identity, token: Token, options: { at?: number, signal?: AbortSignal } = {}): Promise<Revocation> {
+export async function createRevocation (identity: Identity, token: Token, options: CreateRevocationOptions = {}): Promise<Revocation> {
   options.signal?.throwIfAborted()
+  const exp = options.exp === undefined ? token.payload.exp : options.exp
   const payload: RevocationPayload = {
     v: 1,
     iss: identity.did,
     revoke: (await tokenCid(token)).toString(),
-    at: options.at ?? Date.now()
+    at: options.at ?? Date.now(),
+    ...(exp != null ? { exp } : {})
   }
   const checked = checkRevocation({ payload, sig: new Uint8Array(64) })
   const sig = await identity.sign(revocationSigningBytes(checked.rev.payload))
@@ -201,33 +228,44 @@ export async function verifyRevocation (rev: Revocation, path?: Token[]): Promis
 // ---------------------------------------------------------------------------
 // the store
 
-export interface RevocationStoreInit {
+export interface RevocationStoreInit extends RevocationLimitsInit {
   /** Datastore key prefix @default '/ioa/revocations' */
   prefix?: string
+  /** Logs refused, expired and damaged records @default no logging */
+  logger?: ComponentLogger
 }
 
 /**
  * The revocations a node knows, persisted in a datastore under
  * `<prefix>/<revocation CID>` (value: the encoded record) and cached in
  * memory so that {@link RevocationStore.isRevoked} answers synchronously.
- * Use {@link RevocationStore.open}, or the constructor then `load()`.
+ * Bounded: a quota per issuer and in total, with priority for trusted
+ * issuers (`RevocationLimitsInit`); a record with `exp` is forgotten once
+ * the revoked token has expired. Use {@link RevocationStore.open}, or the
+ * constructor then `load()`.
  */
 export class RevocationStore {
   private readonly datastore: Datastore
   private readonly prefix: string
-  /** revoked token CID -> revoker DID -> record */
-  private readonly byToken = new Map<string, Map<Did, Revocation>>()
-  /** CIDs of the revocations held (deduplication) */
+  readonly limits: RevocationLimits
+  private readonly log?: Logger
+  /** revoked token CID -> revoker DID -> revocation CID -> record */
+  private readonly byToken = new Map<string, Map<Did, Map<string, Revocation>>>()
+  /** revocation CID -> record held */
+  private readonly records = new Map<string, Revocation>()
+  /** CIDs claimed by an `add` in progress or held (deduplication) */
   private readonly seen = new Set<string>()
   private loaded = false
 
   constructor (datastore: Datastore, init: RevocationStoreInit = {}) {
     this.datastore = datastore
     this.prefix = init.prefix ?? '/ioa/revocations'
+    this.limits = new RevocationLimits(init)
+    this.log = init.logger?.forComponent('ioa:collab:revocation-store')
   }
 
   /** Create a store and load what the datastore holds */
-  static async open (datastore: Datastore, init: RevocationStoreInit = {}, options: { signal?: AbortSignal } = {}): Promise<RevocationStore> {
+  static async open (datastore: Datastore, init: RevocationStoreInit = {}, options: { signal?: AbortSignal, now?: number } = {}): Promise<RevocationStore> {
     const store = new RevocationStore(datastore, init)
     await store.load(options)
     return store
@@ -235,49 +273,111 @@ export class RevocationStore {
 
   /**
    * Load the persisted revocations into memory. Records that no longer
-   * decode or verify are skipped.
+   * decode or verify are skipped; expired ones are deleted; records over a
+   * quota (the quotas were lowered) are skipped.
    */
-  async load (options: { signal?: AbortSignal } = {}): Promise<void> {
+  async load (options: { signal?: AbortSignal, now?: number } = {}): Promise<void> {
+    const now = options.now ?? Date.now()
+    const expired: Key[] = []
     for await (const { key, value } of this.datastore.query({ prefix: this.prefix }, options)) {
       try {
         const rev = await verifyRevocation(decodeRevocation(value))
         const cid = (await revocationCid(rev)).toString()
-        if (key.toString() !== `${this.prefix}/${cid}`) continue
+        if (key.toString() !== `${this.prefix}/${cid}`) throw new InvalidTokenError('stored under another key')
+        if (this.limits.expired(rev.payload.exp, now)) {
+          expired.push(key)
+          continue
+        }
+        this.limits.reserve(cid, rev.payload.iss, rev.payload.exp)
         this.index(cid, rev)
-      } catch {
-        // a damaged record is ignored, not fatal
+      } catch (err: any) {
+        // a damaged or over-quota record is skipped, not fatal
+        this.log?.('skipped stored revocation %s: %s', key.toString(), err?.message ?? err)
       }
     }
+    for (const key of expired) await this.forget(key)
     this.loaded = true
   }
 
   private index (cid: string, rev: Revocation): void {
     this.seen.add(cid)
+    this.records.set(cid, rev)
     let revokers = this.byToken.get(rev.payload.revoke)
     if (revokers == null) {
       revokers = new Map()
       this.byToken.set(rev.payload.revoke, revokers)
     }
-    if (!revokers.has(rev.payload.iss)) revokers.set(rev.payload.iss, rev)
+    let mine = revokers.get(rev.payload.iss)
+    if (mine == null) {
+      mine = new Map()
+      revokers.set(rev.payload.iss, mine)
+    }
+    mine.set(cid, rev)
+  }
+
+  private unindex (cid: string): void {
+    const rev = this.records.get(cid)
+    this.seen.delete(cid)
+    if (rev == null) return
+    this.records.delete(cid)
+    const revokers = this.byToken.get(rev.payload.revoke)
+    const mine = revokers?.get(rev.payload.iss)
+    if (revokers == null || mine == null) return
+    mine.delete(cid)
+    if (mine.size === 0) revokers.delete(rev.payload.iss)
+    if (revokers.size === 0) this.byToken.delete(rev.payload.revoke)
+  }
+
+  private async forget (key: Key): Promise<void> {
+    try {
+      await this.datastore.delete(key)
+    } catch (err: any) {
+      this.log?.error('could not delete expired revocation %s: %s', key.toString(), err?.message ?? err)
+    }
+  }
+
+  /**
+   * Forget the records whose revoked token has expired (`exp + clockSkew`
+   * passed), in memory and in the datastore. `add` does this too.
+   */
+  async prune (now = Date.now()): Promise<number> {
+    const cids = this.limits.takeExpired(now)
+    for (const cid of cids) {
+      this.unindex(cid)
+      await this.forget(new Key(`${this.prefix}/${cid}`))
+    }
+    if (cids.length > 0) this.log?.('forgot %d expired revocations', cids.length)
+    return cids.length
   }
 
   /**
    * Verify (signature; and authority when `path` is given) and store a
    * revocation. Resolves `true` when it was new to this store, `false` when
-   * it was already held.
+   * it was already held or its token has already expired (nothing stored).
+   * Throws `RevocationQuotaError` (nothing stored) when its issuer, or the
+   * store, holds its quota.
    */
-  async add (rev: Revocation, options: { signal?: AbortSignal, path?: Token[] } = {}): Promise<boolean> {
+  async add (rev: Revocation, options: { signal?: AbortSignal, path?: Token[], now?: number } = {}): Promise<boolean> {
     options.signal?.throwIfAborted()
+    const now = options.now ?? Date.now()
     const clean = await verifyRevocation(rev, options.path)
     const bytes = encodeRevocation(clean)
     const cid = CID.createV1(DAG_CBOR, await sha256.digest(bytes)).toString()
     if (this.seen.has(cid)) return false
-    // claim it before the first await, so concurrent adds of one record agree on which is new
+    await this.prune(now)
+    if (this.seen.has(cid)) return false
+    if (this.limits.expired(clean.payload.exp, now)) {
+      this.log?.('revocation %s of %s: the token expired at %d, not stored', cid, clean.payload.revoke, clean.payload.exp)
+      return false
+    }
+    // claim it (and its quota) before the next await, so concurrent adds of one record agree on which is new
+    this.limits.reserve(cid, clean.payload.iss, clean.payload.exp)
     this.seen.add(cid)
     try {
       await this.datastore.put(new Key(`${this.prefix}/${cid}`), bytes, { signal: options.signal })
     } catch (err) {
       this.seen.delete(cid)
+      this.limits.release(cid)
       throw err
     }
     this.index(cid, clean)
@@ -305,17 +405,17 @@ export class RevocationStore {
 
   /** Is the revocation with this CID held? */
   has (revocationCid: string): boolean {
-    return this.seen.has(revocationCid)
+    return this.records.has(revocationCid)
   }
 
   /** The revocations held for a token, one per revoker */
   revocationsOf (tokenCid: string): Revocation[] {
-    return [...(this.byToken.get(tokenCid)?.values() ?? [])]
+    return [...(this.byToken.get(tokenCid)?.values() ?? [])].map(mine => mine.values().next().value as Revocation)
   }
 
   /** Number of revocations held */
   get size (): number {
-    return this.seen.size
+    return this.records.size
   }
 }
 
@@ -367,7 +467,7 @@ function positive (name: string, value: number): number {
  * revocation (its encoded bytes, or the record as a map) is verified, stored,
  * and when it is new to `store` sent on to every connected peer except the
  * sender, once. Answers `{ new: boolean }`; bad input gets a typed error
- * (`INVALID_TOKEN`, `INVALID_SIGNATURE`, `RATE_LIMITED`).
+ * (`INVALID_TOKEN`, `INVALID_SIGNATURE`, `RATE_LIMITED`, `REVOCATION_QUOTA`).
  */
 export async function createRevocationService (node: TransportNode, store: RevocationStore, init: RevocationServiceInit = {}): Promise<RevocationService> {
   const rate = init.rateLimit ?? { requests: 100, per: 60_000 }
@@ -379,6 +479,7 @@ export async function createRevocationService (node: TransportNode, store: Revoc
   const announceTimeout = positive('announceTimeout', init.announceTimeout ?? 5_000)
   const concurrency = Math.floor(positive('concurrency', init.concurrency ?? 16))
   const messaging = node.services.messaging
+  const log = node.logger.forComponent('ioa:collab:revocation')
   const controller = new AbortController()
   const floods = new Set<Promise<unknown>>()
   let stopped = false
@@ -394,9 +495,10 @@ export async function createRevocationService (node: TransportNode, store: Revoc
         try {
           await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal: combined })
           delivered++
-        } catch {
+        } catch (err: any) {
           // a peer that does not speak the protocol, is gone, or refuses: it
           // learns the revocation from another peer or not at all
+          log('announce to %p failed: %s', peer, err?.code ?? err?.message ?? err)
         }
       }
     }
@@ -412,10 +514,19 @@ export async function createRevocationService (node: TransportNode, store: Revoc
   await messaging.handle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD, async (payload, ctx) => {
     if (stopped) throw new CollabError('STOPPED', 'Revocation service stopped')
     if (!limiter.take(ctx.peer.toString())) {
+      log('peer %p is over its announce rate', ctx.peer)
       throw new RateLimitedError(`Peer ${ctx.peer.toString()} sent more than ${rate.requests} announces in ${rate.per} ms`)
     }
-    const rev = payload instanceof Uint8Array ? decodeRevocation(payload) : parseRevocation(payload)
-    const fresh = await store.add(rev, { signal: ctx.signal })
+    let fresh: boolean
+    let rev: Revocation
+    try {
+      rev = payload instanceof Uint8Array ? decodeRevocation(payload) : parseRevocation(payload)
+      fresh = await store.add(rev, { signal: ctx.signal })
+    } catch (err: any) {
+      // refused: answered with its code, stored nowhere, forwarded to nobody
+      log('refused announce from %p: %s %s', ctx.peer, err?.code ?? '', err?.message ?? err)
+      throw err
+    }
     if (fresh && !stopped) {
       // answer now; the flood goes on in the background
       track(flood(encodeRevocation(rev), ctx.peer))

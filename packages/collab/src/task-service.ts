@@ -641,6 +641,7 @@ class DefaultTaskService implements TaskService {
     const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
       self: p.to,
       replayCache: this.replay,
+      peer,
       clockSkew: this.clockSkew,
       maxTtl: this.replayWindow,
       ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),

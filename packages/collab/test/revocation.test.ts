@@ -4,26 +4,25 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { createIdentity } from '@ioa/interconnect'
-import { createTransportNode } from '@ioa/transport'
-import { generateKeyPair } from '@libp2p/crypto/keys'
-import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { MemoryDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { delegate, tokenCid, verifyChain } from '../src/delegation.js'
 import { InvalidSignatureError, InvalidTokenError, fromRemote } from '../src/errors.js'
 import {
-  ANNOUNCE_METHOD, REVOCATION_LIMITS, REVOCATION_PROTOCOL, RevocationStore, createRevocation, createRevocationService,
+  ANNOUNCE_METHOD, REVOCATION_LIMITS, REVOCATION_PROTOCOL, RevocationStore, createRevocation,
   decodeRevocation, encodeRevocation, parseRevocation, revocationAuthorities, revocationCid, revocationSigningBytes, verifyRevocation
 } from '../src/revocation.js'
 import { delay, errorOf, rejectionOf, until } from '../../../test/util.js'
+import { startRevocationLine } from './revocation-line.js'
+import type { RevocationLine } from './revocation-line.js'
 import type { Capability, Token } from '../src/delegation.js'
 import type { Revocation, RevocationService } from '../src/revocation.js'
 import type { Identity } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { ConnectionGater, PeerId } from '@libp2p/interface'
 
-const T0 = 1_767_225_600_000
+// tokens valid around the real clock: a store forgets the records of expired tokens (their `exp`)
+const T0 = Math.floor(Date.now() / 1000) * 1000 - 600_000
 const HOUR = 3_600_000
 const now = T0 + 600_000
 
@@ -49,7 +48,7 @@ beforeAll(async () => {
 describe('revocation records', () => {
   it('create, encode, decode, verify', async () => {
     const rev = await createRevocation(car, chain[1], { at: T0 })
-    expect(rev.payload).toEqual({ v: 1, iss: car.did, revoke: await cidStr(chain[1]), at: T0 })
+    expect(rev.payload).toEqual({ v: 1, iss: car.did, revoke: await cidStr(chain[1]), at: T0, exp: T0 + HOUR })
     expect(rev.sig).toHaveLength(64)
     const bytes = encodeRevocation(rev)
     expect(bytes.byteLength).toBeLessThan(REVOCATION_LIMITS.maxRevocationBytes)
@@ -200,47 +199,24 @@ describe('RevocationStore', () => {
 // ---------------------------------------------------------------------------
 // flooding over TCP
 
-/** Refuses the given peers in both directions */
-function refuse (peers: PeerId[]): ConnectionGater {
-  const denied = (peer: PeerId): boolean => peers.some(p => p.equals(peer))
-  return { denyDialPeer: denied, denyInboundEncryptedConnection: denied, denyOutboundEncryptedConnection: denied }
-}
-
 describe('revocation flooding over TCP: A - B - C', () => {
-  const nodes: TransportNode[] = []
-  const services: RevocationService[] = []
-  const stores: RevocationStore[] = []
+  let line: RevocationLine
+  let nodes: TransportNode[]
+  let services: RevocationService[]
+  let stores: RevocationStore[]
   let A: TransportNode
   let B: TransportNode
   let C: TransportNode
 
   beforeAll(async () => {
-    const keys = await Promise.all([generateKeyPair('Ed25519'), generateKeyPair('Ed25519'), generateKeyPair('Ed25519')])
-    const ids = keys.map(k => peerIdFromPrivateKey(k))
-    // A and C never connect to each other: whatever C learns comes through B
-    const gaters = [refuse([ids[2]]), undefined, refuse([ids[0]])]
-    for (let i = 0; i < 3; i++) {
-      nodes.push(await createTransportNode({
-        transports: ['tcp'],
-        privateKey: keys[i],
-        ...(gaters[i] != null ? { connectionGater: gaters[i] } : {})
-      }))
-    }
-    [A, B, C] = nodes
-    for (const node of nodes) {
-      const store = await RevocationStore.open(new MemoryDatastore())
-      stores.push(store)
-      // B allows a few announces per peer per minute, to test the limit
-      services.push(await createRevocationService(node, store, node === B ? { rateLimit: { requests: 6, per: 600_000 } } : {}))
-    }
-    await A.dial(B.getMultiaddrs())
-    await C.dial(B.getMultiaddrs())
-    await until(() => B.getPeers().length === 2, { timeout: 10_000, what: 'B connected to A and C' })
+    // B allows a few announces per peer per minute, to test the limit
+    line = await startRevocationLine([{}, { service: { rateLimit: { requests: 6, per: 600_000 } } }, {}])
+    ;({ nodes, services, stores } = line)
+    ;[A, B, C] = nodes
   })
 
   afterAll(async () => {
-    for (const s of services) await s.stop().catch(() => {})
-    for (const n of nodes) await Promise.resolve(n.stop()).catch(() => {})
+    await line?.stop()
   })
 
   it('a revocation published at A reaches C through B, once', async () => {

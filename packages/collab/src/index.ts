@@ -24,7 +24,7 @@ export type { Capability, TokenPayload, Token, DelegateInit, VerifiedChain, Veri
 export {
   createRevocation, verifyRevocation, parseRevocation, encodeRevocation, decodeRevocation, revocationCid,
   revocationSigningBytes, revocationAuthorities, RevocationStore, createRevocationService,
-  REVOCATION_PROTOCOL, ANNOUNCE_METHOD, REVOCATION_SIG_PREFIX, REVOCATION_LIMITS
+  REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOLS, ANNOUNCE_METHOD, REVOCATION_SIG_PREFIX, REVOCATION_LIMITS
 } from './revocation.js'
 export type { Revocation, RevocationPayload, RevocationStoreInit, RevocationService, RevocationServiceInit, PublishResult } from './revocation.js'
 export {

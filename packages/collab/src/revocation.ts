@@ -1,12 +1,13 @@
 /**
  * Revocation of delegation tokens: a signed record naming the CID of a token,
  * a datastore-backed store of the records a node knows, and a flooding
- * protocol (`/ioa/revocation/1.0.0`) that spreads new records to every peer.
+ * protocol (`/ioa/revocation/1.1.0`, and `1.0.0` for peers that predate the
+ * record's `exp`) that spreads new records to every peer.
  * Normative description: `spec/collab-delegation.md`, sections 7 and 8.
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { RateLimitedError, domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
-import { TokenBuckets } from '@ioa/transport'
+import { ProtocolNotSupportedError, TokenBuckets } from '@ioa/transport'
 import { Key } from 'interface-datastore'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
@@ -17,13 +18,20 @@ import { RevocationLimits } from './revocation-limits.js'
 import type { RevocationLimitsInit } from './revocation-limits.js'
 import type { Token } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
-import type { TransportNode } from '@ioa/transport'
+import type { RequestContext, TransportNode } from '@ioa/transport'
 import type { ComponentLogger, Logger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
-/** Protocol id of revocation flooding */
-export const REVOCATION_PROTOCOL = '/ioa/revocation/1.0.0'
-/** The one method of {@link REVOCATION_PROTOCOL} */
+/** Protocol id of revocation flooding: records may carry `exp` */
+export const REVOCATION_PROTOCOL = '/ioa/revocation/1.1.0'
+/**
+ * The previous version, still served: its peers refuse a record with `exp`,
+ * so only records without it are sent to them
+ */
+export const REVOCATION_PROTOCOL_1_0 = '/ioa/revocation/1.0.0'
+/** The versions served, newest first */
+export const REVOCATION_PROTOCOLS = Object.freeze([REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0])
+/** The one method of {@link REVOCATION_PROTOCOL} (and of 1.0.0) */
 export const ANNOUNCE_METHOD = 'announce'
 
 /** Domain separation: a revocation signature is over these bytes + DAG-CBOR(payload) */
@@ -430,7 +438,12 @@ export interface RevocationServiceInit {
    * @default { requests: 100, per: 60_000 }
    */
   rateLimit?: { requests: number, per: number }
-  /** Timeout of one announce sent to one peer, ms @default 5_000 */
+  /**
+   * Timeout of one announce sent to one peer, ms (both attempts when the
+   * peer speaks only 1.0.0)
+   *
+   * @default 5_000
+   */
   announceTimeout?: number
   /** Announces sent at once while flooding @default 16 */
   concurrency?: number
@@ -445,6 +458,11 @@ export interface PublishResult {
   peers: number
   /** Peers that acknowledged it */
   delivered: number
+  /**
+   * Peers that speak only `/ioa/revocation/1.0.0`, to which the record was
+   * not sent because it carries `exp` (they would refuse it)
+   */
+  skipped: number
 }
 
 export interface RevocationService {
@@ -463,10 +481,13 @@ function positive (name: string, value: number): number {
 }
 
 /**
- * Serve `/ioa/revocation/1.0.0` on `node`: an `announce` carrying a
- * revocation (its encoded bytes, or the record as a map) is verified, stored,
- * and when it is new to `store` sent on to every connected peer except the
- * sender, once. Answers `{ new: boolean }`; bad input gets a typed error
+ * Serve `/ioa/revocation/1.1.0` and `/ioa/revocation/1.0.0` on `node`: an
+ * `announce` carrying a revocation (its encoded bytes, or the record as a
+ * map) is verified, stored, and when it is new to `store` sent on to every
+ * connected peer except the sender, once: on 1.1.0, or on 1.0.0 to a peer
+ * that speaks only that, unless the record carries `exp` (then it is skipped
+ * for that peer, and logged). Both versions accept records with and without
+ * `exp`. Answers `{ new: boolean }`; bad input gets a typed error
  * (`INVALID_TOKEN`, `INVALID_SIGNATURE`, `RATE_LIMITED`, `REVOCATION_QUOTA`).
  */
 export async function createRevocationService (node: TransportNode, store: RevocationStore, init: RevocationServiceInit = {}): Promise<RevocationService> {
@@ -484,17 +505,53 @@ export async function createRevocationService (node: TransportNode, store: Revoc
   const floods = new Set<Promise<unknown>>()
   let stopped = false
 
-  const flood = async (bytes: Uint8Array, except?: PeerId, signal?: AbortSignal): Promise<{ peers: number, delivered: number }> => {
+  /** Did the peer list `protocol` in identify? Unknown peers: no */
+  const speaks = async (peer: PeerId, protocol: string): Promise<boolean> => {
+    try {
+      return (await node.peerStore.get(peer)).protocols.includes(protocol)
+    } catch (err: any) {
+      log('protocols of %p unknown (%s): taken as not speaking %s', peer, err?.name ?? err, protocol)
+      return false
+    }
+  }
+
+  /**
+   * Send a record to one peer on 1.1.0; when the peer does not speak it, on
+   * 1.0.0 if the record has no `exp` (a 1.0.0 peer refuses the field), else
+   * not at all ('skipped')
+   */
+  const announceTo = async (peer: PeerId, rev: Revocation, bytes: Uint8Array, signal: AbortSignal): Promise<'delivered' | 'skipped'> => {
+    const deadline = Date.now() + announceTimeout
+    try {
+      await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal })
+      return 'delivered'
+    } catch (err: any) {
+      if (err?.code !== ProtocolNotSupportedError.code) throw err
+      // a peer that speaks neither version (as identify reported) is a failure, not a skip
+      if (rev.payload.exp !== undefined && !await speaks(peer, REVOCATION_PROTOCOL_1_0)) throw err
+    }
+    if (rev.payload.exp !== undefined) {
+      log('peer %p speaks only %s, which refuses a record with exp: revocation of %s by %s not sent to it',
+        peer, REVOCATION_PROTOCOL_1_0, rev.payload.revoke, rev.payload.iss)
+      return 'skipped'
+    }
+    await messaging.request(peer, REVOCATION_PROTOCOL_1_0, ANNOUNCE_METHOD, bytes, { timeout: Math.max(1, deadline - Date.now()), signal })
+    return 'delivered'
+  }
+
+  const flood = async (rev: Revocation, except?: PeerId, signal?: AbortSignal): Promise<{ peers: number, delivered: number, skipped: number }> => {
+    const bytes = encodeRevocation(rev)
     const targets = node.getPeers().filter(p => except == null || !p.equals(except))
     const combined = signal != null ? AbortSignal.any([signal, controller.signal]) : controller.signal
     let delivered = 0
+    let skipped = 0
     let next = 0
     const worker = async (): Promise<void> => {
       while (next < targets.length && !combined.aborted) {
         const peer = targets[next++]
         try {
-          await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal: combined })
-          delivered++
+          if (await announceTo(peer, rev, bytes, combined) === 'delivered') delivered++
+          else skipped++
         } catch (err: any) {
           // a peer that does not speak the protocol, is gone, or refuses: it
           // learns the revocation from another peer or not at all
@@ -503,7 +560,7 @@ export async function createRevocationService (node: TransportNode, store: Revoc
       }
     }
     await Promise.all(Array.from({ length: Math.min(concurrency, targets.length) }, worker))
-    return { peers: targets.length, delivered }
+    return { peers: targets.length, delivered, skipped }
   }
 
   const track = (p: Promise<unknown>): void => {
@@ -511,7 +568,7 @@ export async function createRevocationService (node: TransportNode, store: Revoc
     p.catch(() => {}).finally(() => { floods.delete(p) })
   }
 
-  await messaging.handle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD, async (payload, ctx) => {
+  const announced = async (payload: unknown, ctx: RequestContext): Promise<{ new: boolean }> => {
     if (stopped) throw new CollabError('STOPPED', 'Revocation service stopped')
     if (!limiter.take(ctx.peer.toString())) {
       log('peer %p is over its announce rate', ctx.peer)
@@ -529,26 +586,31 @@ export async function createRevocationService (node: TransportNode, store: Revoc
     }
     if (fresh && !stopped) {
       // answer now; the flood goes on in the background
-      track(flood(encodeRevocation(rev), ctx.peer))
+      track(flood(rev, ctx.peer))
     }
     return { new: fresh }
-  })
+  }
+  // one handler for both versions: 1.0.0 is lenient and also takes records with exp
+  for (const protocol of REVOCATION_PROTOCOLS) await messaging.handle(protocol, ANNOUNCE_METHOD, announced)
 
   return {
     store,
     async publish (rev, options = {}) {
       if (stopped) throw new CollabError('STOPPED', 'Revocation service stopped')
       const fresh = await store.add(rev, options)
-      const p = flood(encodeRevocation(rev), undefined, options.signal)
+      const p = flood(rev, undefined, options.signal)
       track(p)
-      const { peers, delivered } = await p
-      return { new: fresh, peers, delivered }
+      return { new: fresh, ...await p }
     },
     async stop () {
       if (stopped) return
       stopped = true
       controller.abort(new CollabError('STOPPED', 'Revocation service stopped'))
-      await messaging.unhandle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD).catch(() => {})
+      for (const protocol of REVOCATION_PROTOCOLS) {
+        await messaging.unhandle(protocol, ANNOUNCE_METHOD).catch((err: any) => {
+          log('could not unhandle %s: %s', protocol, err?.message ?? err)
+        })
+      }
       await Promise.allSettled([...floods])
     }
   }

@@ -237,7 +237,7 @@ describe('revocation store bounds over TCP: A - B - C', () => {
     const rev = await createRevocation(user, t3)
     expect(rev.payload.exp).toBe(t3.payload.exp)
     const published = await services[0].publish(rev)
-    expect(published).toEqual({ new: true, peers: 1, delivered: 1 })
+    expect(published).toEqual({ new: true, peers: 1, delivered: 1, skipped: 0 })
     const revoked = await cidStr(t3)
     await until(() => stores[2].isRevoked(revoked, [user.did]), { timeout: 10_000, what: 'C has the revocation' })
     // later, the token is used at B and at C: refused

@@ -224,7 +224,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
     const rev = await createRevocation(user, chain[1])
     const revoked = await cidStr(chain[1])
     const result = await services[0].publish(rev)
-    expect(result).toEqual({ new: true, peers: 1, delivered: 1 })
+    expect(result).toEqual({ new: true, peers: 1, delivered: 1, skipped: 0 })
     expect(stores[1].isRevoked(revoked)).toBe(true)
     await until(() => stores[2].isRevoked(revoked), { timeout: 10_000, what: 'C has the revocation' })
     expect(A.getConnections(C.peerId)).toHaveLength(0)
@@ -234,7 +234,7 @@ describe('revocation flooding over TCP: A - B - C', () => {
 
     // publishing it again: nobody takes it as new, nothing is re-flooded
     const again = await services[0].publish(rev)
-    expect(again).toEqual({ new: false, peers: 1, delivered: 1 })
+    expect(again).toEqual({ new: false, peers: 1, delivered: 1, skipped: 0 })
     expect(stores.map(s => s.size)).toEqual([1, 1, 1])
   })
 

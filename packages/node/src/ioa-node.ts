@@ -11,7 +11,7 @@ import type { NodeConfig } from './config.js'
 import type { DomainKeyOptions } from './domain-key.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
-  TaskService, TaskServiceInit, Token
+  RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
@@ -83,6 +83,14 @@ export interface IoaNodeInit {
    * @default {}
    */
   tasks?: Omit<TaskServiceInit, 'datastore' | 'revocations' | 'isRevoked'>
+
+  /**
+   * Revocation store quotas and flooding limits. The store's trusted roots
+   * are `tasks.roots`; its `clockSkew` defaults to `tasks.clockSkew`
+   *
+   * @default {}
+   */
+  revocations?: Omit<RevocationStoreInit, 'logger' | 'prefix' | 'roots'> & RevocationServiceInit
 
   /**
    * Custom layers stacked on top, started in order after the built-in layers
@@ -443,8 +451,10 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       messaging: init.messaging
     })
     interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, domain: init.domain })
-    const revocationStore = await RevocationStore.open(datastore)
-    const revocations = await createRevocationService(transport, revocationStore)
+    const revocationStore = await RevocationStore.open(datastore, {
+      clockSkew: init.tasks?.clockSkew, ...init.revocations, roots: init.tasks?.roots, logger: transport.logger
+    })
+    const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const tasks = createTaskService(interconnect, {
       ...init.tasks,
       datastore,

@@ -294,7 +294,7 @@ describe('delegation, tasks and revocation', () => {
     expect(errorLine(wrongKey)).toMatchObject({ code: 'NOT_AN_ISSUER', field: '--key' })
 
     const revoked = json(await ioa(['revoke', '--key', 'user.key', '--token', '@user.token', '--bootstrap', addr, '--json']))
-    expect(revoked).toEqual({ revocation: expect.stringMatching(/^bafy/), token: userToken.cid, issuer: userDid, peers: 1, delivered: 1 })
+    expect(revoked).toEqual({ revocation: expect.stringMatching(/^bafy/), token: userToken.cid, issuer: userDid, peers: 1, delivered: 1, skipped: 0 })
 
     const refused = await ioa(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--input', '1', '--proof', '@user.token', '--bootstrap', addr, '--json'])
     expect(refused.code).toBe(1)

@@ -1,6 +1,6 @@
 /**
  * `ioa revoke`: sign the revocation of a token and send it into the network
- * (`/ioa/revocation/1.0.0`) through the bootstrap peers, who pass it on.
+ * (`/ioa/revocation/1.1.0`) through the bootstrap peers, who pass it on.
  */
 import { CLIENT_OPTIONS, bootstrapList, clientDataDir, timeoutOf } from '../args.js'
 import { CliError, UsageError, asUsage } from '../errors.js'
@@ -47,15 +47,16 @@ export const revokeCommand: CommandSpec = {
       out.progress(`publishing revocation ${revCid}…`)
       return node.revocations.publish(rev, { signal: ctx.signal })
     })
+    const skipped = result.skipped > 0 ? ` (${result.skipped} speak only /ioa/revocation/1.0.0, which refuses a record with exp)` : ''
     if (result.delivered === 0) {
-      throw new CliError('NOT_DELIVERED', `Revocation ${revCid} was sent to ${result.peers} peer(s) and none acknowledged it`)
+      throw new CliError('NOT_DELIVERED', `Revocation ${revCid} was sent to ${result.peers} peer(s) and none acknowledged it${skipped}`)
     }
     if (out.json) {
-      out.emit({ revocation: revCid, token: cid, issuer: key.identity.did, peers: result.peers, delivered: result.delivered })
+      out.emit({ revocation: revCid, token: cid, issuer: key.identity.did, peers: result.peers, delivered: result.delivered, skipped: result.skipped })
     } else {
       out.print(`revoked token ${cid}`)
       out.print(`revocation ${revCid}`)
-      out.print(`sent to ${result.peers} peer${result.peers === 1 ? '' : 's'}, ${result.delivered} acknowledged`)
+      out.print(`sent to ${result.peers} peer${result.peers === 1 ? '' : 's'}, ${result.delivered} acknowledged${skipped}`)
     }
     return 0
   }

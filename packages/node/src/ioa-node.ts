@@ -85,8 +85,9 @@ export interface IoaNodeInit {
   tasks?: Omit<TaskServiceInit, 'datastore' | 'revocations' | 'isRevoked'>
 
   /**
-   * Revocation store quotas and flooding limits. The store's trusted roots
-   * are `tasks.roots`; its `clockSkew` defaults to `tasks.clockSkew`
+   * Revocation store quotas and flooding limits. The store trusts
+   * `tasks.roots`, the agents hosted here and `isTrusted`; its `clockSkew`
+   * defaults to `tasks.clockSkew`
    *
    * @default {}
    */
@@ -451,8 +452,14 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       messaging: init.messaging
     })
     interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, domain: init.domain })
+    const hosts = interconnect
     const revocationStore = await RevocationStore.open(datastore, {
-      clockSkew: init.tasks?.clockSkew, ...init.revocations, roots: init.tasks?.roots, logger: transport.logger
+      clockSkew: init.tasks?.clockSkew,
+      ...init.revocations,
+      roots: init.tasks?.roots,
+      // the node's own agents have priority as well (spec/collab-delegation.md 7.4)
+      isTrusted: iss => hosts.agents().some(a => a.did === iss) || init.revocations?.isTrusted?.(iss) === true,
+      logger: transport.logger
     })
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const tasks = createTaskService(interconnect, {

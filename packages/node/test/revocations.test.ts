@@ -1,7 +1,8 @@
 /**
- * The node's revocation store knows the node's trusted roots (`tasks.roots`):
- * over TCP, while untrusted issuers hold the whole untrusted quota, a root's
- * revocation is still accepted (issue 9, item 3b).
+ * The node's revocation store knows the node's trusted roots (`tasks.roots`)
+ * and its hosted agents: over TCP, while untrusted issuers hold the whole
+ * untrusted quota, a root's or a hosted agent's revocation is still accepted
+ * (issue 9, item 3b).
  */
 import { ANNOUNCE_METHOD, REVOCATION_PROTOCOL, createRevocation, delegate, encodeRevocation, tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
@@ -52,5 +53,28 @@ describe('the node\'s revocation store', () => {
     expect(await announce(await createRevocation(root, token))).toEqual({ new: true })
     expect(a.revocationStore.limits.counts).toEqual({ trusted: 1, untrusted: 3 })
     expect(a.revocationStore.isRevoked((await tokenCid(token)).toString(), [root.did])).toBe(true)
+  }, 60_000)
+
+  it('gives the agents it hosts priority too: with no roots and the untrusted quota full, node.revoke still works', async () => {
+    const a = await createIoaNode({ revocations: { maxRecords: 2 } })
+    nodes.push(a)
+    const b = await createIoaNode({ bootstrap: [a.addresses()[0]] })
+    nodes.push(b)
+    await until(() => a.transport.getPeers().some(p => p.equals(b.transport.peerId)), { timeout: 20_000, what: 'b connected to a' })
+    const car = await a.host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.assistant' }] })
+
+    for (let i = 0; i < 2; i++) {
+      const someone = await createIdentity()
+      expect(await b.revocations.publish(await createRevocation(someone, await tokenOf(someone)))).toMatchObject({ delivered: 1 })
+    }
+    await until(() => a.revocationStore.limits.counts.untrusted === 2, { timeout: 10_000, what: 'a holds the flood' })
+
+    const sub = await a.delegate(car, { audience: (await createIdentity()).did, capabilities: [{ skill: 'travel.*' }], expiresAt: Date.now() + HOUR })
+    await a.revoke(car, sub)
+    const cid = (await tokenCid(sub)).toString()
+    expect(a.revocationStore.isRevoked(cid, [car.did])).toBe(true)
+    expect(a.revocationStore.limits.counts).toEqual({ trusted: 1, untrusted: 2 })
+    // and it reached b
+    await until(() => b.revocationStore.isRevoked(cid, [car.did]), { timeout: 10_000, what: 'b has the car\'s revocation' })
   }, 60_000)
 })

@@ -14,6 +14,9 @@ export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, Node
 export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } from './config.js'
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
 export { startFromConfig } from './start.js'
+export { openKeyStore, EncryptedKeyStore, KeyStoreError, KEYSTORE_DEFAULTS } from './keystore.js'
+export type { KeyStoreInit, OpenKeyStoreOptions } from './keystore.js'
+export { keyStoreFromConfig, PASSPHRASE_ENV } from './passphrase.js'
 export type {
   AgentModule, AgentModuleContext, AgentImplementation, NodeLogEvent, StartFromConfigOptions, RunningAgent, StartedNode
 } from './start.js'

@@ -6,7 +6,9 @@ import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGatewa
 import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
+import { openKeyStore } from './keystore.js'
 import type { NodeConfig } from './config.js'
+import type { EncryptedKeyStore, KeyStoreInit } from './keystore.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   TaskService, TaskServiceInit, Token
@@ -48,6 +50,17 @@ export interface IoaNodeInit {
   datastore?: Datastore
 
   /**
+   * How the node key and agent keys are kept at rest (`spec/interconnect.md`
+   * §1.3): with a `passphrase` they are encrypted by `@libp2p/keychain`; a
+   * `dataDir` without one is refused (`KeyStoreError` `PASSPHRASE_REQUIRED`)
+   * unless `insecurePlaintext` is set. Memory and a caller's `datastore`
+   * keep keys unencrypted when no passphrase is given.
+   *
+   * @default {}
+   */
+  keyStore?: KeyStoreInit
+
+  /**
    * Organisation of the hosted agents
    *
    * @default 'local'
@@ -73,7 +86,7 @@ export interface IoaNodeInit {
    *
    * @default {}
    */
-  interconnect?: Omit<InterconnectInit, 'datastore' | 'domain'>
+  interconnect?: Omit<InterconnectInit, 'datastore' | 'domain' | 'keys'>
 
   /**
    * Task service options (policy, lease, roots, limits)
@@ -314,19 +327,22 @@ class DefaultIoaNode implements IoaNode {
   /** Start the domain gateway: an inner node in the domain network, bridged to this one */
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
     const { listen, bootstrap, domain, ...rest } = g
-    const { datastore, owned } = await openDatastore({ dataDir: init.dataDir != null ? `${init.dataDir}/gateway` : undefined })
+    const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
+    const { datastore, owned } = await openDatastore({ dataDir: dir })
     let innerNode: TransportNode | undefined
     let inner: Interconnect | undefined
     try {
+      const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where: dir ?? 'memory' })
       innerNode = await createTransportNode({
         ...init.transport,
+        ...keyOptions(keys, init),
         listen: listen ?? ['/ip4/127.0.0.1/tcp/0'],
         bootstrap: bootstrap ?? [],
         datastore,
         messaging: init.messaging
       })
       const d = domain ?? this.interconnect.domain
-      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, domain: d })
+      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, keys, domain: d })
       const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
       // tasks for exported agents are relayed too (this node then serves no tasks itself)
       const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect, onRelay: e => { this.events.gateway.emit(e) } }).catch(async (err) => {
@@ -423,14 +439,17 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   let transport: TransportNode | undefined
   let interconnect: Interconnect | undefined
   try {
+    const where = init.dataDir ?? (init.datastore != null ? 'the node\'s datastore' : 'memory')
+    const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where })
     transport = await createTransportNode({
       ...init.transport,
+      ...keyOptions(keys, init),
       listen: init.listen,
       bootstrap: init.bootstrap,
       datastore,
       messaging: init.messaging
     })
-    interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, domain: init.domain })
+    interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, keys, domain: init.domain })
     const revocationStore = await RevocationStore.open(datastore)
     const revocations = await createRevocationService(transport, revocationStore)
     const tasks = createTaskService(interconnect, {
@@ -456,6 +475,12 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   }
 }
 
+/** The peer key of an encrypted key store (a key given in `transport.privateKey` wins) */
+function keyOptions (keys: EncryptedKeyStore | undefined, init: IoaNodeInit): Pick<TransportNodeInit, 'privateKey'> {
+  const privateKey = init.transport?.privateKey ?? keys?.nodeKey
+  return privateKey != null ? { privateKey } : {}
+}
+
 /** Node options from a validated config file */
 export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
   const c = parseConfig(config)
@@ -463,6 +488,7 @@ export function initFromConfig (config: NodeConfig | unknown): IoaNodeInit {
     listen: c.listen,
     bootstrap: c.bootstrap,
     dataDir: c.dataDir,
+    ...(c.keyStore?.insecurePlaintext === true ? { keyStore: { insecurePlaintext: true } } : {}),
     domain: c.domain,
     transport: {
       providerTtl: c.providerTtl,

@@ -7,6 +7,7 @@ import { pathToFileURL } from 'node:url'
 import { ConfigError, parseConfig } from './config.js'
 import { startExternalAgent } from './external-agent.js'
 import { createIoaNode, initFromConfig } from './ioa-node.js'
+import { keyStoreFromConfig } from './passphrase.js'
 import type { AgentConfig, NodeConfig } from './config.js'
 import type { ExternalAgent } from './external-agent.js'
 import type { IoaLayer, IoaNode, IoaNodeInit } from './ioa-node.js'
@@ -53,6 +54,8 @@ export interface StartFromConfigOptions {
   layers?: IoaLayer[]
   /** Node options that override the config's (e.g. a datastore) */
   overrides?: Partial<IoaNodeInit>
+  /** Where `$IOA_KEY_PASSPHRASE` is read @default process.env */
+  env?: Record<string, string | undefined>
 }
 
 export interface RunningAgent {
@@ -101,6 +104,8 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
   }
 
   const init = { ...initFromConfig(c), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
+  // the passphrase protects keys at rest: read only when the node keeps any
+  if (options.overrides?.keyStore == null && (init.dataDir != null || init.datastore != null)) init.keyStore = await keyStoreFromConfig(c, options.env)
   const node = await createIoaNode(init)
   const controller = new AbortController()
   const running: RunningAgent[] = []

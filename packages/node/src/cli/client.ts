@@ -8,9 +8,11 @@ import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import { LevelDatastore } from 'datastore-level'
 import { createIoaNode } from '../ioa-node.js'
+import { PASSPHRASE_ENV } from '../passphrase.js'
 import { peerOf } from './args.js'
 import { CliError, oneLine } from './errors.js'
 import type { IoaNode } from '../ioa-node.js'
+import type { KeyStoreInit } from '../keystore.js'
 import type { Output } from './output.js'
 
 export interface ClientInit {
@@ -58,7 +60,9 @@ export async function openClient (init: ClientInit): Promise<Client> {
       datastore,
       // a client asks the DHT but does not serve it: other peers keep it out of their tables
       transport: { dhtClientMode: true },
-      interconnect: { publish: false }
+      interconnect: { publish: false },
+      // the client's peer key is encrypted when a passphrase is set (docs/cli.md)
+      keyStore: clientKeyStore()
     })
     const connected = await joinNetwork(node, init)
     return { node, connected, close }
@@ -66,6 +70,12 @@ export async function openClient (init: ClientInit): Promise<Client> {
     await close()
     throw err
   }
+}
+
+/** `$IOA_KEY_PASSPHRASE`, when set, encrypts the client's peer key too */
+function clientKeyStore (): KeyStoreInit {
+  const passphrase = process.env[PASSPHRASE_ENV]
+  return passphrase != null && passphrase !== '' ? { passphrase, source: `$${PASSPHRASE_ENV}` } : {}
 }
 
 /** Run `fn` with a client node that is closed afterwards, whatever happens */

@@ -129,7 +129,7 @@ async function runStart (args: Args, ctx: CommandContext): Promise<number> {
   const { startFromConfig } = await import('../../start.js')
   let started: StartedNode
   try {
-    started = await startFromConfig(config, { onEvent })
+    started = await startFromConfig(config, { onEvent, env: ctx.env })
   } catch (err) {
     if ((err as Error)?.name === 'OpenFailedError' && config.dataDir != null) {
       const { dataDirError } = await import('../client.js')

@@ -1,0 +1,210 @@
+/**
+ * Keys at rest (issue 9 item 9): the node key and agent keys in a data
+ * directory are encrypted with a passphrase, restarts keep the identities, a
+ * wrong or missing passphrase is refused without a new identity, and a data
+ * directory of the earlier plaintext layout is migrated.
+ */
+import { readdir, readFile, stat } from 'node:fs/promises'
+import { join } from 'node:path'
+import { KeyStore, publicKeyToDid } from '@ioa/interconnect'
+import { loadOrCreateSelfKey } from '@libp2p/config'
+import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import { multiaddr } from '@multiformats/multiaddr'
+import { LevelDatastore } from 'datastore-level'
+import { Key } from 'interface-datastore'
+import { describe, expect, it } from 'vitest'
+import { rejectionOf } from '../../../test/util.js'
+import { createIoaNode, openKeyStore } from '../src/index.js'
+import { scratch } from './fixtures/scratch.js'
+import type { KeyStoreError } from '../src/index.js'
+import type { PrivateKey } from '@libp2p/interface'
+
+const PASS = 'correct horse battery staple 42'
+const { nodes, tempDir } = scratch('ioa-keys-')
+
+/** Every file under `dir`, recursively */
+async function files (dir: string): Promise<string[]> {
+  const out: string[] = []
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name)
+    if (e.isDirectory()) out.push(...await files(p))
+    else out.push(p)
+  }
+  return out
+}
+
+/** The files under `dir` that contain any of `needles` (raw bytes) */
+async function filesHolding (dir: string, needles: Uint8Array[]): Promise<string[]> {
+  const hits: string[] = []
+  for (const f of await files(dir)) {
+    const bytes = await readFile(f)
+    if (needles.some(n => bytes.indexOf(Buffer.from(n)) >= 0)) hits.push(f)
+  }
+  return hits
+}
+
+/** The secret bytes of an Ed25519 key: its 32-byte seed and its protobuf encoding */
+function secrets (key: PrivateKey): Uint8Array[] {
+  return [key.raw.subarray(0, 32), privateKeyToProtobuf(key)]
+}
+
+/** The peer key of a store, read with the passphrase (the store is closed after) */
+async function storedNodeKey (dir: string, passphrase = PASS): Promise<PrivateKey> {
+  const ds = new LevelDatastore(dir)
+  await ds.open()
+  try {
+    const store = await openKeyStore(ds, { passphrase, persistent: true, where: dir })
+    return store!.nodeKey
+  } finally {
+    await ds.close()
+  }
+}
+
+const ROBOT = { key: 'robot', name: 'Patrol robot', skills: [{ id: 'security.patrol' }] }
+const DRONE = { key: 'drone.1', name: 'Drone', skills: [{ id: 'security.drone' }] }
+
+describe('keys at rest', () => {
+  it('writes no plaintext key bytes (node, agents, gateway), keeps the identities across a restart, and is dialable by its old peer id over TCP', async () => {
+    const dataDir = await tempDir()
+    const gateway = { exports: [{ skill: 'security.patrol' }] }
+    let node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS }, gateway })
+    const peer = node.transport.peerId.toString()
+    const gatewayPeer = node.gateway!.inner.node.peerId.toString()
+    const robot = await node.host(ROBOT)
+    const drone = await node.host(DRONE)
+    const agentKeys = [robot, drone].map(a => (a.identity as unknown as { privateKey: PrivateKey }).privateKey)
+    await node.stop()
+
+    const nodeKey = await storedNodeKey(dataDir)
+    const gatewayKey = await storedNodeKey(join(dataDir, 'gateway'))
+    expect(peerIdFromPrivateKey(nodeKey).toString()).toBe(peer)
+    expect(peerIdFromPrivateKey(gatewayKey).toString()).toBe(gatewayPeer)
+    const needles = [nodeKey, gatewayKey, ...agentKeys].flatMap(secrets)
+    expect(await files(dataDir)).not.toHaveLength(0)
+    expect(await filesHolding(dataDir, needles)).toEqual([])
+
+    node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS }, gateway })
+    nodes.push(node)
+    expect(node.transport.peerId.toString()).toBe(peer)
+    expect(node.gateway!.inner.node.peerId.toString()).toBe(gatewayPeer)
+    expect((await node.host(ROBOT)).did).toBe(robot.did)
+    expect((await node.host(DRONE)).did).toBe(drone.did)
+
+    // another node reaches it over TCP by the peer id it had before the restart (Noise proves the key)
+    const other = await createIoaNode({})
+    nodes.push(other)
+    const tcp = node.addresses().find(a => a.includes('/tcp/') && !a.includes('/ws'))!
+    const conn = await other.transport.dial(multiaddr(`${tcp.split('/p2p/')[0]}/p2p/${peer}`))
+    expect(conn.remotePeer.toString()).toBe(peer)
+  }, 90_000)
+
+  it('refuses a wrong, short or missing passphrase with a KeyStoreError, and never writes a new identity', async () => {
+    const dataDir = await tempDir()
+    let node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    const peer = node.transport.peerId.toString()
+    const robot = await node.host(ROBOT)
+    await node.stop()
+
+    const wrong = await rejectionOf(createIoaNode({ dataDir, keyStore: { passphrase: 'not the passphrase at all', source: '$IOA_KEY_PASSPHRASE' } })) as KeyStoreError
+    expect(wrong.name).toBe('KeyStoreError')
+    expect(wrong.code).toBe('WRONG_PASSPHRASE')
+    expect(wrong.field).toBe('$IOA_KEY_PASSPHRASE')
+    expect(wrong.message).toContain(dataDir)
+
+    const missing = await rejectionOf(createIoaNode({ dataDir })) as KeyStoreError
+    expect([missing.name, missing.code]).toEqual(['KeyStoreError', 'PASSPHRASE_REQUIRED'])
+    // the insecure mode cannot read an encrypted store either: refused, not a fresh identity
+    const insecure = await rejectionOf(createIoaNode({ dataDir, keyStore: { insecurePlaintext: true } })) as KeyStoreError
+    expect([insecure.name, insecure.code]).toEqual(['KeyStoreError', 'PASSPHRASE_REQUIRED'])
+    const short = await rejectionOf(createIoaNode({ dataDir, keyStore: { passphrase: 'too short' } })) as KeyStoreError
+    expect([short.name, short.code]).toEqual(['KeyStoreError', 'PASSPHRASE_TOO_SHORT'])
+
+    // a new data directory is not started without a passphrase either
+    const fresh = await rejectionOf(createIoaNode({ dataDir: await tempDir() })) as KeyStoreError
+    expect([fresh.name, fresh.code]).toEqual(['KeyStoreError', 'PASSPHRASE_REQUIRED'])
+
+    // the refused starts released the directory and changed nothing
+    node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    nodes.push(node)
+    expect(node.transport.peerId.toString()).toBe(peer)
+    expect((await node.host(ROBOT)).did).toBe(robot.did)
+  }, 90_000)
+
+  it('migrates a data directory of the plaintext layout: same identities, plaintext deleted from the files', async () => {
+    const dataDir = await tempDir()
+    // the earlier layout, written by the code that wrote it: libp2p's
+    // passphrase-less keychain for the peer key, the interconnect's KeyStore
+    // (protobuf, unencrypted) for agent keys
+    const old = new LevelDatastore(dataDir)
+    await old.open()
+    const oldNodeKey = await loadOrCreateSelfKey(old)
+    const oldRobot = await new KeyStore(old).loadOrCreate(ROBOT.key)
+    const oldDrone = await new KeyStore(old).loadOrCreate(DRONE.key)
+    await old.close()
+    const oldKeys = [oldRobot, oldDrone].map(i => i.privateKey)
+    // the agent keys are there in the clear
+    expect(await filesHolding(dataDir, oldKeys.flatMap(secrets))).not.toEqual([])
+
+    let node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    expect(node.transport.peerId.toString()).toBe(peerIdFromPrivateKey(oldNodeKey).toString())
+    expect((await node.host(ROBOT)).did).toBe(oldRobot.did)
+    expect((await node.host(DRONE)).did).toBe(publicKeyToDid(oldDrone.privateKey.publicKey))
+    await node.stop()
+
+    // the plaintext entries are gone, and so are their bytes
+    const ds = new LevelDatastore(dataDir)
+    await ds.open()
+    const left: string[] = []
+    for await (const k of ds.queryKeys({})) {
+      if (k.toString().startsWith('/ioa/agent-keys/') || k.toString().startsWith('/pkcs8/') || k.toString().startsWith('/info/')) left.push(k.toString())
+    }
+    expect(await ds.has(new Key('/ioa/keystore/params'))).toBe(true)
+    await ds.close()
+    expect(left).toEqual([])
+    expect(await filesHolding(dataDir, [oldNodeKey, ...oldKeys].flatMap(secrets))).toEqual([])
+
+    // and the migrated store needs its passphrase from now on
+    const missing = await rejectionOf(createIoaNode({ dataDir })) as KeyStoreError
+    expect(missing.code).toBe('PASSPHRASE_REQUIRED')
+    node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    nodes.push(node)
+    expect(node.transport.peerId.toString()).toBe(peerIdFromPrivateKey(oldNodeKey).toString())
+    expect((await node.host(ROBOT)).did).toBe(oldRobot.did)
+  }, 90_000)
+
+  it('runs a data directory without a passphrase only when insecurePlaintext says so, and memory needs none', async () => {
+    const dataDir = await tempDir()
+    let node = await createIoaNode({ dataDir, keyStore: { insecurePlaintext: true } })
+    const peer = node.transport.peerId.toString()
+    await node.stop()
+    node = await createIoaNode({ dataDir, keyStore: { insecurePlaintext: true } })
+    expect(node.transport.peerId.toString()).toBe(peer)
+    await node.stop()
+    expect((await stat(dataDir)).isDirectory()).toBe(true)
+
+    node = await createIoaNode({})
+    nodes.push(node)
+    expect((await node.host(ROBOT)).did).toMatch(/^did:key:z/)
+  }, 60_000)
+
+  it('decrypts each key once per start and caches it', async () => {
+    const dataDir = await tempDir()
+    const ds = new LevelDatastore(dataDir)
+    await ds.open()
+    try {
+      const store = (await openKeyStore(ds, { passphrase: PASS, persistent: true, where: dataDir }))!
+      const a = await store.loadOrCreate('robot')
+      const [b, c] = await Promise.all([store.loadOrCreate('robot'), store.loadOrCreate('robot')])
+      expect(b).toBe(a)
+      expect(c).toBe(a)
+      expect(await store.agentNames()).toEqual(['robot'])
+      const err = await rejectionOf(store.loadOrCreate('bad name!')) as KeyStoreError
+      expect([err.name, err.code]).toEqual(['KeyStoreError', 'INVALID_KEY_NAME'])
+      const other = await generateKeyPair('Ed25519')
+      expect(a.did).not.toBe(publicKeyToDid(other.publicKey))
+    } finally {
+      await ds.close()
+    }
+  }, 60_000)
+})

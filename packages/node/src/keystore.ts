@@ -236,6 +236,38 @@ export class EncryptedKeyStore implements AgentKeyStore {
   }
 }
 
+/** The keys of the earlier unencrypted layout found in a datastore */
+interface LegacyKeys {
+  nodeKey?: PrivateKey
+  agents: Array<{ name: string, key: PrivateKey, entry: Key }>
+  /** Their datastore entries */
+  entries: Key[]
+}
+
+/** Read the keys of the earlier unencrypted layout (nothing is changed) */
+async function readLegacy (datastore: Datastore, logger: ComponentLogger, where: string): Promise<LegacyKeys> {
+  const out: LegacyKeys = { agents: [], entries: [] }
+  if (await datastore.has(LEGACY_SELF)) {
+    try {
+      // libp2p's own layout: the keychain with no passphrase
+      out.nodeKey = await keychain({})({ datastore, logger }).exportKey('self')
+    } catch (err) {
+      throw new KeyStoreError('KEYSTORE_DAMAGED', `The unencrypted node key in ${where} is unreadable`, { cause: err })
+    }
+    out.entries.push(LEGACY_SELF, LEGACY_SELF_INFO)
+  }
+  for await (const { key, value } of datastore.query({ prefix: LEGACY_AGENT_PREFIX + '/' })) {
+    const name = key.toString().slice(LEGACY_AGENT_PREFIX.length + 1)
+    try {
+      out.agents.push({ name, key: privateKeyFromProtobuf(value), entry: key })
+    } catch (err) {
+      throw new KeyStoreError('KEYSTORE_DAMAGED', `The unencrypted key of agent "${name.slice(0, 80)}" in ${where} is unreadable`, { cause: err })
+    }
+    out.entries.push(key)
+  }
+  return out
+}
+
 /**
  * Move the keys of the earlier unencrypted layout into the encrypted store,
  * then delete them and compact the database so their bytes leave its files.
@@ -245,40 +277,21 @@ export class EncryptedKeyStore implements AgentKeyStore {
 async function migrateLegacy (
   datastore: Datastore, chain: Keychain, entries: Datastore, logger: ComponentLogger, log: Logger, where: string
 ): Promise<{ nodeKey?: PrivateKey, count: number }> {
-  const batch = datastore.batch()
-  let count = 0
-  let nodeKey: PrivateKey | undefined
-  if (await datastore.has(LEGACY_SELF)) {
-    try {
-      // libp2p's own layout: the keychain with no passphrase
-      nodeKey = await keychain({})({ datastore, logger }).exportKey('self')
-    } catch (err) {
-      throw new KeyStoreError('KEYSTORE_DAMAGED', `The unencrypted node key in ${where} is unreadable: it was not migrated`, { cause: err })
-    }
-    if (!await entries.has(new Key(`/pkcs8/${NODE_KEY}`))) await chain.importKey(NODE_KEY, nodeKey)
-    batch.delete(LEGACY_SELF)
-    batch.delete(LEGACY_SELF_INFO)
-    count++
-  }
-  for await (const { key, value } of datastore.query({ prefix: LEGACY_AGENT_PREFIX + '/' })) {
-    const name = key.toString().slice(LEGACY_AGENT_PREFIX.length + 1)
-    let privateKey: PrivateKey
-    try {
-      privateKey = privateKeyFromProtobuf(value)
-    } catch (err) {
-      throw new KeyStoreError('KEYSTORE_DAMAGED', `The unencrypted key of agent "${name.slice(0, 80)}" in ${where} is unreadable: it was not migrated`, { cause: err })
-    }
-    const entry = agentEntry(name)
-    if (NAME.test(name) && !await entries.has(new Key(`/pkcs8/${entry}`))) await chain.importKey(entry, privateKey)
-    batch.delete(key)
-    count++
-  }
+  const legacy = await readLegacy(datastore, logger, where)
+  const count = (legacy.nodeKey != null ? 1 : 0) + legacy.agents.length
   if (count === 0) return { count }
+  if (legacy.nodeKey != null && !await entries.has(new Key(`/pkcs8/${NODE_KEY}`))) await chain.importKey(NODE_KEY, legacy.nodeKey)
+  for (const a of legacy.agents) {
+    const entry = agentEntry(a.name)
+    if (NAME.test(a.name) && !await entries.has(new Key(`/pkcs8/${entry}`))) await chain.importKey(entry, a.key)
+  }
+  const batch = datastore.batch()
+  for (const k of legacy.entries) batch.delete(k)
   await batch.commit()
   const compacted = await compact(datastore)
   log('migrated %d unencrypted key(s) of %s into the encrypted key store; the plaintext entries are deleted%s', count, where,
     compacted ? ' and the database compacted' : ' (their bytes stay in the database files until LevelDB compacts them)')
-  return { nodeKey, count }
+  return { nodeKey: legacy.nodeKey, count }
 }
 
 /** Compact a LevelDB datastore so deleted values leave its files; false when the store is not one */
@@ -311,4 +324,34 @@ export async function openKeyStore (datastore: Datastore, options: OpenKeyStoreO
   if (options.persistent) log('keys of %s are stored UNENCRYPTED (insecurePlaintext)', options.where)
   else log.trace('keys of %s are not encrypted (no passphrase)', options.where)
   return undefined
+}
+
+/** What a datastore's key store holds (`ioa key list`) */
+export interface KeyStoreListing {
+  encrypted: boolean
+  /** The peer id of the node's key (its public key's multihash, base58btc), when it has one */
+  peerId?: string
+  agents: Array<{ key: string, did: string }>
+}
+
+/**
+ * List the keys of a datastore without changing an unencrypted one: an
+ * encrypted store needs its passphrase (`PASSPHRASE_REQUIRED`,
+ * `WRONG_PASSPHRASE` otherwise)
+ */
+export async function listKeys (datastore: Datastore, options: Omit<OpenKeyStoreOptions, 'persistent' | 'insecurePlaintext'>): Promise<KeyStoreListing> {
+  const logger = options.logger ?? defaultLogger()
+  if (!await datastore.has(new Key(KEYSTORE_PARAMS_KEY))) {
+    const legacy = await readLegacy(datastore, logger, options.where)
+    return {
+      encrypted: false,
+      ...(legacy.nodeKey != null ? { peerId: legacy.nodeKey.publicKey.toString() } : {}),
+      agents: legacy.agents.map(a => ({ key: a.name, did: identityFromPrivateKey(a.key).did })).sort((a, b) => a.key < b.key ? -1 : 1)
+    }
+  }
+  const store = await openKeyStore(datastore, { ...options, persistent: true })
+  if (store == null) throw new KeyStoreError('PASSPHRASE_REQUIRED', `The keys in ${options.where} are encrypted: give the passphrase`, { field: options.source })
+  const agents: KeyStoreListing['agents'] = []
+  for (const key of await store.agentNames()) agents.push({ key, did: (await store.loadOrCreate(key)).did })
+  return { encrypted: true, peerId: store.nodeKey.publicKey.toString(), agents }
 }

@@ -8,11 +8,10 @@ import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import { LevelDatastore } from 'datastore-level'
 import { createIoaNode } from '../ioa-node.js'
-import { PASSPHRASE_ENV } from '../passphrase.js'
+import { passphraseFromEnv } from '../passphrase.js'
 import { peerOf } from './args.js'
 import { CliError, oneLine } from './errors.js'
 import type { IoaNode } from '../ioa-node.js'
-import type { KeyStoreInit } from '../keystore.js'
 import type { Output } from './output.js'
 
 export interface ClientInit {
@@ -62,7 +61,7 @@ export async function openClient (init: ClientInit): Promise<Client> {
       transport: { dhtClientMode: true },
       interconnect: { publish: false },
       // the client's peer key is encrypted when a passphrase is set (docs/cli.md)
-      keyStore: clientKeyStore()
+      keyStore: passphraseFromEnv(process.env)
     })
     const connected = await joinNetwork(node, init)
     return { node, connected, close }
@@ -70,12 +69,6 @@ export async function openClient (init: ClientInit): Promise<Client> {
     await close()
     throw err
   }
-}
-
-/** `$IOA_KEY_PASSPHRASE`, when set, encrypts the client's peer key too */
-function clientKeyStore (): KeyStoreInit {
-  const passphrase = process.env[PASSPHRASE_ENV]
-  return passphrase != null && passphrase !== '' ? { passphrase, source: `$${PASSPHRASE_ENV}` } : {}
 }
 
 /** Run `fn` with a client node that is closed afterwards, whatever happens */

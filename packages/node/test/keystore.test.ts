@@ -4,6 +4,7 @@
  * wrong or missing passphrase is refused without a new identity, and a data
  * directory of the earlier plaintext layout is migrated.
  */
+import { createDecipheriv, pbkdf2Sync } from 'node:crypto'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { KeyStore, publicKeyToDid } from '@ioa/interconnect'
@@ -11,11 +12,12 @@ import { loadOrCreateSelfKey } from '@libp2p/config'
 import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
+import { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
 import { Key } from 'interface-datastore'
 import { describe, expect, it } from 'vitest'
-import { rejectionOf } from '../../../test/util.js'
-import { createIoaNode, openKeyStore } from '../src/index.js'
+import { readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
+import { KEYSTORE_DEFAULTS, createIoaNode, openKeyStore } from '../src/index.js'
 import { scratch } from './fixtures/scratch.js'
 import type { KeyStoreError } from '../src/index.js'
 import type { PrivateKey } from '@libp2p/interface'
@@ -207,4 +209,55 @@ describe('keys at rest', () => {
       await ds.close()
     }
   }, 60_000)
+})
+
+interface KeyStoreVectors {
+  passphrase: string
+  params: { version: 1, salt: string, iterationCount: number, keyLength: number, hash: string }
+  dek: string
+  entries: Record<string, string>
+  nodeSeed: string
+  peerId: string
+  agent: { name: string, seed: string, did: string }
+}
+
+describe('spec/interconnect.md §1.3 key store test vectors', () => {
+  const v = readSpecBlock<KeyStoreVectors>('interconnect.md', 'keystore-vectors')
+
+  it('derives the DEK and decrypts the entries by the formulas of the spec alone (node:crypto, no keychain)', () => {
+    const dek = pbkdf2Sync(Buffer.from(v.passphrase, 'utf8'), Buffer.from(v.params.salt, 'utf8'), v.params.iterationCount, v.params.keyLength, 'sha512')
+    expect(dek.toString('base64').replace(/=+$/, '')).toBe(v.dek)
+    const open = (value: string): Buffer => {
+      expect(value[0]).toBe('m')
+      const bytes = Buffer.from(value.slice(1), 'base64')
+      const salt = bytes.subarray(0, 16)
+      const nonce = bytes.subarray(16, 28)
+      const tag = bytes.subarray(bytes.length - 16)
+      const k = pbkdf2Sync(Buffer.from(v.dek, 'utf8'), salt, 32767, 16, 'sha256')
+      const d = createDecipheriv('aes-128-gcm', k, nonce)
+      d.setAuthTag(tag)
+      return Buffer.concat([d.update(bytes.subarray(28, bytes.length - 16)), d.final()])
+    }
+    // the libp2p protobuf of an Ed25519 key: type 1, then the 64 bytes seed || public key
+    const node = open(v.entries['/ioa/keystore/chain/pkcs8/self'])
+    expect(toHex(node.subarray(0, 4))).toBe('08011240')
+    expect(toHex(node.subarray(4, 36))).toBe(v.nodeSeed)
+    const agentEntry = `/ioa/keystore/chain/pkcs8/agent-${Buffer.from(v.agent.name).toString('hex')}`
+    expect(toHex(open(v.entries[agentEntry]).subarray(4, 36))).toBe(v.agent.seed)
+    expect(v.params).toMatchObject({ iterationCount: KEYSTORE_DEFAULTS.iterationCount, keyLength: KEYSTORE_DEFAULTS.keyLength, hash: KEYSTORE_DEFAULTS.hash })
+  })
+
+  it('opens a datastore holding exactly the vector entries: the peer id and the agent did of the seeds', async () => {
+    const ds = new MemoryDatastore()
+    await ds.put(new Key('/ioa/keystore/params'), Buffer.from(JSON.stringify(v.params)))
+    for (const [k, value] of Object.entries(v.entries)) await ds.put(new Key(k), Buffer.from(value, 'utf8'))
+    const store = (await openKeyStore(ds, { passphrase: v.passphrase, persistent: true, where: 'the vectors' }))!
+    expect(store.nodeKey.publicKey.toString()).toBe(v.peerId)
+    expect(toHex(store.nodeKey.raw.subarray(0, 32))).toBe(v.nodeSeed)
+    const agent = await store.loadOrCreate(v.agent.name)
+    expect(agent.did).toBe(v.agent.did)
+    expect(await store.agentNames()).toEqual([v.agent.name])
+    const wrong = await rejectionOf(openKeyStore(ds, { passphrase: 'another passphrase of 20+', persistent: true, where: 'the vectors' })) as KeyStoreError
+    expect(wrong.code).toBe('WRONG_PASSPHRASE')
+  })
 })

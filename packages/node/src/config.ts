@@ -97,7 +97,7 @@ export const NodeConfigSchema = z.object({
   /**
    * How the node's keys are kept at rest in `dataDir` (spec/interconnect.md §1.3): encrypted with
    * the passphrase in `passphraseFile` (relative to the config file) or, when it names none, in
-   * `$IOA_KEY_PASSPHRASE`; `insecurePlaintext` lets a data directory run without a passphrase
+   * the file `$IOA_KEY_PASSPHRASE_FILE` names or in `$IOA_KEY_PASSPHRASE`; `insecurePlaintext` lets a data directory run without a passphrase
    * (unencrypted test keys) @default {} (a data directory needs a passphrase)
    */
   keyStore: z.object({

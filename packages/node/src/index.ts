@@ -16,7 +16,8 @@ export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './conf
 export { startFromConfig } from './start.js'
 export { openKeyStore, EncryptedKeyStore, KeyStoreError, KEYSTORE_DEFAULTS } from './keystore.js'
 export type { KeyStoreInit, OpenKeyStoreOptions } from './keystore.js'
-export { keyStoreFromConfig, PASSPHRASE_ENV } from './passphrase.js'
+export { keyStoreFromConfig, passphraseFromEnv, readPassphraseFile, PASSPHRASE_ENV, PASSPHRASE_FILE_ENV } from './passphrase.js'
+export type { KeyStoreSource } from './passphrase.js'
 export type {
   AgentModule, AgentModuleContext, AgentImplementation, NodeLogEvent, StartFromConfigOptions, RunningAgent, StartedNode
 } from './start.js'

@@ -54,7 +54,7 @@ export interface StartFromConfigOptions {
   layers?: IoaLayer[]
   /** Node options that override the config's (e.g. a datastore) */
   overrides?: Partial<IoaNodeInit>
-  /** Where `$IOA_KEY_PASSPHRASE` is read @default process.env */
+  /** Where `$IOA_KEY_PASSPHRASE_FILE` and `$IOA_KEY_PASSPHRASE` are read @default process.env */
   env?: Record<string, string | undefined>
 }
 
@@ -105,7 +105,14 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
 
   const init = { ...initFromConfig(c), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
   // the passphrase protects keys at rest: read only when the node keeps any
-  if (options.overrides?.keyStore == null && (init.dataDir != null || init.datastore != null)) init.keyStore = await keyStoreFromConfig(c, options.env)
+  if (options.overrides?.keyStore == null && (init.dataDir != null || init.datastore != null)) {
+    const { exposed, ...keyStore } = await keyStoreFromConfig(c, options.env)
+    init.keyStore = keyStore
+    if (exposed != null) emit('node', 'warning', { text: exposed })
+    if (keyStore.passphrase == null && keyStore.insecurePlaintext === true && init.dataDir != null) {
+      emit('node', 'warning', { text: `the keys in ${init.dataDir} are stored unencrypted (keyStore.insecurePlaintext): test keys only` })
+    }
+  }
   const node = await createIoaNode(init)
   const controller = new AbortController()
   const running: RunningAgent[] = []

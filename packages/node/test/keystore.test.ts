@@ -5,7 +5,7 @@
  * directory of the earlier plaintext layout is migrated.
  */
 import { createDecipheriv, pbkdf2Sync } from 'node:crypto'
-import { readdir, readFile, stat } from 'node:fs/promises'
+import { chmod, readdir, readFile, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { KeyStore, publicKeyToDid } from '@ioa/interconnect'
 import { loadOrCreateSelfKey } from '@libp2p/config'
@@ -17,9 +17,9 @@ import { LevelDatastore } from 'datastore-level'
 import { Key } from 'interface-datastore'
 import { describe, expect, it } from 'vitest'
 import { readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
-import { KEYSTORE_DEFAULTS, createIoaNode, openKeyStore } from '../src/index.js'
+import { KEYSTORE_DEFAULTS, createIoaNode, openKeyStore, startFromConfig } from '../src/index.js'
 import { scratch } from './fixtures/scratch.js'
-import type { KeyStoreError } from '../src/index.js'
+import type { ConfigError, KeyStoreError, NodeLogEvent } from '../src/index.js'
 import type { PrivateKey } from '@libp2p/interface'
 
 const PASS = 'correct horse battery staple 42'
@@ -189,6 +189,41 @@ describe('keys at rest', () => {
     nodes.push(node)
     expect((await node.host(ROBOT)).did).toMatch(/^did:key:z/)
   }, 60_000)
+
+  it('startFromConfig: the passphrase from keyStore.passphraseFile, $IOA_KEY_PASSPHRASE_FILE or $IOA_KEY_PASSPHRASE; warnings for an exposed file and for plaintext keys', async () => {
+    const dir = await tempDir()
+    const dataDir = join(dir, 'state')
+    const file = join(dir, 'node.pass')
+    await writeFile(file, `${PASS}\n`, { mode: 0o644 })
+    await chmod(file, 0o644)
+    const events: NodeLogEvent[] = []
+    const onEvent = (e: NodeLogEvent): void => { events.push(e) }
+    let started = await startFromConfig({ dataDir }, { onEvent, env: { IOA_KEY_PASSPHRASE_FILE: file } })
+    const peer = started.node.transport.peerId.toString()
+    await started.stop()
+    expect(events.filter(e => e.event === 'warning').map(e => e.data.text)).toEqual([`the passphrase file ${file} can be read by other users: chmod 600 it`])
+
+    // the same passphrase by value, and by the config's field (file now 0600: no warning)
+    events.length = 0
+    started = await startFromConfig({ dataDir }, { onEvent, env: { IOA_KEY_PASSPHRASE: PASS } })
+    expect(started.node.transport.peerId.toString()).toBe(peer)
+    await started.stop()
+    await chmod(file, 0o600)
+    started = await startFromConfig({ dataDir, keyStore: { passphraseFile: file } }, { onEvent, env: { IOA_KEY_PASSPHRASE: 'ignored: the config names a file' } })
+    expect(started.node.transport.peerId.toString()).toBe(peer)
+    await started.stop()
+    expect(events.filter(e => e.event === 'warning')).toEqual([])
+
+    await writeFile(join(dir, 'empty.pass'), '\n')
+    const empty = await rejectionOf(startFromConfig({ dataDir, keyStore: { passphraseFile: join(dir, 'empty.pass') } }, { env: {} })) as ConfigError
+    expect([empty.name, empty.field]).toEqual(['ConfigError', 'keyStore.passphraseFile'])
+    const missingFile = await rejectionOf(startFromConfig({ dataDir }, { env: { IOA_KEY_PASSPHRASE_FILE: join(dir, 'nope') } })) as ConfigError
+    expect([missingFile.name, missingFile.field]).toEqual(['ConfigError', '$IOA_KEY_PASSPHRASE_FILE'])
+
+    started = await startFromConfig({ dataDir: join(dir, 'plain'), keyStore: { insecurePlaintext: true } }, { onEvent, env: {} })
+    await started.stop()
+    expect(events.filter(e => e.event === 'warning').map(e => e.data.text)).toEqual([expect.stringContaining('stored unencrypted (keyStore.insecurePlaintext)')])
+  }, 90_000)
 
   it('decrypts each key once per start and caches it', async () => {
     const dataDir = await tempDir()

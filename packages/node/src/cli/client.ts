@@ -61,7 +61,7 @@ export async function openClient (init: ClientInit): Promise<Client> {
       transport: { dhtClientMode: true },
       interconnect: { publish: false },
       // the client's peer key is encrypted when a passphrase is set (docs/cli.md)
-      keyStore: passphraseFromEnv(process.env)
+      keyStore: await passphraseFromEnv(process.env)
     })
     const connected = await joinNetwork(node, init)
     return { node, connected, close }

@@ -16,19 +16,19 @@ export const keyListCommand: CommandSpec = {
   description: [
     'Opens the data directory of a node (or of the client, by default) and prints its peer id and',
     'the key name and did of every agent key; an encrypted directory needs its passphrase',
-    '(--passphrase-file, or $IOA_KEY_PASSPHRASE). A plaintext directory is listed, not changed:',
+    '(--passphrase-file, $IOA_KEY_PASSPHRASE_FILE or $IOA_KEY_PASSPHRASE). A plaintext directory is listed, not changed:',
     '`ioa start` with a passphrase encrypts it. The directory must not be in use.'
   ].join('\n'),
   options: {
     'data-dir': { type: 'string', value: '<dir>', description: 'the data directory (default $IOA_HOME or ~/.ioa, the client\'s)' },
-    'passphrase-file': { type: 'string', value: '<file>', description: 'file holding the passphrase (default $IOA_KEY_PASSPHRASE)' }
+    'passphrase-file': { type: 'string', value: '<file>', description: 'file holding the passphrase (default $IOA_KEY_PASSPHRASE_FILE, or $IOA_KEY_PASSPHRASE itself)' }
   },
   examples: ['IOA_KEY_PASSPHRASE=… ioa key list --data-dir ./hotel-state --json'],
   async run (args, ctx) {
     const dir = args.string('data-dir') != null ? resolve(ctx.cwd, args.string('data-dir') ?? '') : clientDataDir(args, ctx)
     const { passphraseFromEnv, readPassphraseFile } = await import('../../passphrase.js')
     const file = args.string('passphrase-file')
-    const keyStore = file != null ? await readPassphraseFile(resolve(ctx.cwd, file), '--passphrase-file') : passphraseFromEnv(ctx.env)
+    const keyStore = file != null ? await readPassphraseFile(resolve(ctx.cwd, file), '--passphrase-file') : await passphraseFromEnv(ctx.env, ctx.cwd)
     const node = await listDir(dir, keyStore)
     const gatewayDir = join(dir, 'gateway')
     const gateway = await access(gatewayDir).then(async () => listDir(gatewayDir, keyStore), () => undefined)

@@ -14,8 +14,8 @@ export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, Node
 export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } from './config.js'
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
 export { startFromConfig } from './start.js'
-export { openKeyStore, EncryptedKeyStore, KeyStoreError, KEYSTORE_DEFAULTS } from './keystore.js'
-export type { KeyStoreInit, OpenKeyStoreOptions } from './keystore.js'
+export { openKeyStore, listKeys, changePassphrase, EncryptedKeyStore, KeyStoreError, KEYSTORE_DEFAULTS } from './keystore.js'
+export type { KeyStoreInit, OpenKeyStoreOptions, ChangePassphraseOptions, KeyStoreListing } from './keystore.js'
 export { keyStoreFromConfig, passphraseFromEnv, readPassphraseFile, PASSPHRASE_ENV, PASSPHRASE_FILE_ENV } from './passphrase.js'
 export type { KeyStoreSource } from './passphrase.js'
 export type {

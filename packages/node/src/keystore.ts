@@ -11,7 +11,7 @@ import { CodedError } from '@ioa/transport'
 import { generateKeyPair, privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { keychain } from '@libp2p/keychain'
 import { defaultLogger } from '@libp2p/logger'
-import { NamespaceDatastore } from 'datastore-core'
+import { MemoryDatastore, NamespaceDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
 import type { AgentKeyStore, Identity } from '@ioa/interconnect'
 import type { ComponentLogger, Logger, PrivateKey } from '@libp2p/interface'
@@ -105,6 +105,17 @@ interface StoredParams extends DEKConfig {
   version: 1
 }
 
+/** Parameters of a new store: the defaults and a new random salt */
+function freshParams (): StoredParams {
+  return {
+    version: 1,
+    salt: randomBytes(KEYSTORE_DEFAULTS.saltLength).toString('base64'),
+    iterationCount: KEYSTORE_DEFAULTS.iterationCount,
+    keyLength: KEYSTORE_DEFAULTS.keyLength,
+    hash: KEYSTORE_DEFAULTS.hash
+  }
+}
+
 async function readParams (datastore: Datastore, where: string): Promise<StoredParams | undefined> {
   const key = new Key(KEYSTORE_PARAMS_KEY)
   if (!await datastore.has(key)) return undefined
@@ -156,13 +167,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
     }
     let params = await readParams(datastore, options.where)
     if (params == null) {
-      params = {
-        version: 1,
-        salt: randomBytes(KEYSTORE_DEFAULTS.saltLength).toString('base64'),
-        iterationCount: KEYSTORE_DEFAULTS.iterationCount,
-        keyLength: KEYSTORE_DEFAULTS.keyLength,
-        hash: KEYSTORE_DEFAULTS.hash
-      }
+      params = freshParams()
       await datastore.put(new Key(KEYSTORE_PARAMS_KEY), Buffer.from(JSON.stringify(params)))
       log('created an encrypted key store in %s', options.where)
     }
@@ -324,6 +329,53 @@ export async function openKeyStore (datastore: Datastore, options: OpenKeyStoreO
   if (options.persistent) log('keys of %s are stored UNENCRYPTED (insecurePlaintext)', options.where)
   else log.trace('keys of %s are not encrypted (no passphrase)', options.where)
   return undefined
+}
+
+export interface ChangePassphraseOptions extends Omit<OpenKeyStoreOptions, 'persistent' | 'insecurePlaintext' | 'passphrase'> {
+  /** The store's passphrase */
+  passphrase: string
+  /** The passphrase that replaces it (at least 20 characters) */
+  newPassphrase: string
+  /** Where the new passphrase came from, the `field` of an error about it */
+  newSource?: string
+}
+
+/**
+ * Re-encrypt every key of an encrypted store under a new passphrase and a
+ * new salt. The new entries are prepared aside and written, with the new
+ * parameters, in one batch: a crash leaves the store under the old
+ * passphrase or the new one, never half of each. Resolves to the number of
+ * keys. `NOT_ENCRYPTED` for a store of the unencrypted layout (start it with
+ * a passphrase first).
+ */
+export async function changePassphrase (datastore: Datastore, options: ChangePassphraseOptions): Promise<number> {
+  const logger = options.logger ?? defaultLogger()
+  if (!await datastore.has(new Key(KEYSTORE_PARAMS_KEY))) {
+    throw new KeyStoreError('NOT_ENCRYPTED', `The keys in ${options.where} are not encrypted: start the node once with a passphrase to encrypt them`)
+  }
+  if (options.newPassphrase.length < KEYSTORE_DEFAULTS.minPassphraseLength) {
+    throw new KeyStoreError('PASSPHRASE_TOO_SHORT', `The new passphrase has ${options.newPassphrase.length} characters: it needs at least ${KEYSTORE_DEFAULTS.minPassphraseLength}`, { field: options.newSource })
+  }
+  const store = await EncryptedKeyStore.open(datastore, { ...options, persistent: true })
+  const params = freshParams()
+  const { version: _, ...dek } = params
+  const aside = new MemoryDatastore()
+  const chain = keychain({ pass: options.newPassphrase, dek })({ datastore: aside, logger })
+  await chain.importKey(NODE_KEY, store.nodeKey)
+  const names = await store.agentNames()
+  for (const name of names) await chain.importKey(agentEntry(name), (await store.loadOrCreate(name)).privateKey)
+  const written = new Map<string, Uint8Array>()
+  for await (const { key, value } of aside.query({})) written.set(KEYSTORE_NAMESPACE + key.toString(), value)
+  const batch = datastore.batch()
+  for await (const key of datastore.queryKeys({ prefix: KEYSTORE_NAMESPACE + '/' })) {
+    if (!written.has(key.toString())) batch.delete(key)
+  }
+  for (const [key, value] of written) batch.put(new Key(key), value)
+  batch.put(new Key(KEYSTORE_PARAMS_KEY), Buffer.from(JSON.stringify(params)))
+  await batch.commit()
+  await compact(datastore)
+  logger.forComponent('ioa:node:keystore')('re-encrypted %d key(s) of %s under a new passphrase', names.length + 1, options.where)
+  return names.length + 1
 }
 
 /** What a datastore's key store holds (`ioa key list`) */

@@ -362,7 +362,7 @@ describe('bad input', () => {
   })
 
   it('prints the help of ioa and of every command with --help or -h (exit 0)', async () => {
-    const commands = ['start', 'key new', 'key show', 'key list', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task']
+    const commands = ['start', 'key new', 'key show', 'key list', 'key passphrase', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task']
     const runs = await Promise.all([
       ioa(['--help']),
       ioa(['key', '--help']),
@@ -382,7 +382,7 @@ describe('bad input', () => {
 })
 
 describe('keys at rest, over processes', () => {
-  it('ioa start encrypts its data directory with the passphrase file, keeps its ids across restarts, refuses a wrong or missing passphrase (exit 2); ioa key list reads it', async () => {
+  it('ioa start encrypts its data directory with the passphrase file, keeps its ids across restarts, refuses a wrong or missing passphrase (exit 2); ioa key list reads it, ioa key passphrase changes it', async () => {
     const agents = [{ key: 'keeper', name: 'Keeper', skills: [{ id: 'demo.keep' }] }]
     await writeFile(join(dir, 'node.pass'), 'the passphrase of the cli test\n', { mode: 0o600 })
     await writeFile(join(dir, 'keys.json'), JSON.stringify({ dataDir: 'encrypted-state', keyStore: { passphraseFile: 'node.pass' }, agents }))
@@ -409,9 +409,17 @@ describe('keys at rest, over processes', () => {
     const locked = await ioa(['key', 'list', '--data-dir', 'encrypted-state', '--json'])
     expect(locked.code).toBe(2)
     expect(errorLine(locked)).toMatchObject({ code: 'PASSPHRASE_REQUIRED' })
+    // a new passphrase: the old one is refused from then on
+    await writeFile(join(dir, 'new.pass'), 'the new passphrase of the cli test\n', { mode: 0o600 })
+    const rotated = json(await ioa(['key', 'passphrase', '--data-dir', 'encrypted-state', '--passphrase-file', 'node.pass', '--new-passphrase-file', 'new.pass', '--json']))
+    expect(rotated).toEqual({ dataDir: join(dir, 'encrypted-state'), keys: 2 })
+    const stale = await ioa(['start', '--json', '--config', 'keys.json'])
+    expect(stale.code).toBe(2)
+    expect(errorLine(stale)).toMatchObject({ code: 'WRONG_PASSPHRASE', field: 'keyStore.passphraseFile' })
     // the environment variable works as well as the file
-    const env = await interrupted(['start', '--json', '--config', 'keys-env.json'], isReady, { IOA_KEY_PASSPHRASE: 'the passphrase of the cli test' })
+    const env = await interrupted(['start', '--json', '--config', 'keys-env.json'], isReady, { IOA_KEY_PASSPHRASE: 'the new passphrase of the cli test' })
     expect(env.peerId).toBe(first.peerId)
+    expect(env.agents[0].did).toBe(first.agents[0].did)
   }, 120_000)
 
   it('the client commands work with a client home encrypted by $IOA_KEY_PASSPHRASE, and refuse it without', async () => {

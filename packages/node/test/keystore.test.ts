@@ -17,7 +17,7 @@ import { LevelDatastore } from 'datastore-level'
 import { Key } from 'interface-datastore'
 import { describe, expect, it } from 'vitest'
 import { readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
-import { KEYSTORE_DEFAULTS, createIoaNode, openKeyStore, startFromConfig } from '../src/index.js'
+import { KEYSTORE_DEFAULTS, changePassphrase, createIoaNode, openKeyStore, startFromConfig } from '../src/index.js'
 import { scratch } from './fixtures/scratch.js'
 import type { ConfigError, KeyStoreError, NodeLogEvent } from '../src/index.js'
 import type { PrivateKey } from '@libp2p/interface'
@@ -223,6 +223,43 @@ describe('keys at rest', () => {
     started = await startFromConfig({ dataDir: join(dir, 'plain'), keyStore: { insecurePlaintext: true } }, { onEvent, env: {} })
     await started.stop()
     expect(events.filter(e => e.event === 'warning').map(e => e.data.text)).toEqual([expect.stringContaining('stored unencrypted (keyStore.insecurePlaintext)')])
+  }, 90_000)
+
+  it('changes the passphrase in one batch: the old one is refused afterwards, the identities stay, no plaintext', async () => {
+    const NEW = 'a brand new passphrase for the keys'
+    const dataDir = await tempDir()
+    let node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    const peer = node.transport.peerId.toString()
+    const robot = await node.host(ROBOT)
+    const robotKey = (robot.identity as unknown as { privateKey: PrivateKey }).privateKey
+    await node.stop()
+
+    const ds = new LevelDatastore(dataDir)
+    await ds.open()
+    try {
+      const oldParams = Buffer.from(await ds.get(new Key('/ioa/keystore/params'))).toString()
+      const short = await rejectionOf(changePassphrase(ds, { passphrase: PASS, newPassphrase: 'short', newSource: '--new-passphrase-file', where: dataDir })) as KeyStoreError
+      expect([short.code, short.field]).toEqual(['PASSPHRASE_TOO_SHORT', '--new-passphrase-file'])
+      const wrong = await rejectionOf(changePassphrase(ds, { passphrase: 'not the passphrase at all', newPassphrase: NEW, where: dataDir })) as KeyStoreError
+      expect(wrong.code).toBe('WRONG_PASSPHRASE')
+      expect(await changePassphrase(ds, { passphrase: PASS, newPassphrase: NEW, where: dataDir })).toBe(2)
+      // a new salt
+      expect(Buffer.from(await ds.get(new Key('/ioa/keystore/params'))).toString()).not.toBe(oldParams)
+    } finally {
+      await ds.close()
+    }
+    const plain = new MemoryDatastore()
+    const notEncrypted = await rejectionOf(changePassphrase(plain, { passphrase: PASS, newPassphrase: NEW, where: 'memory' })) as KeyStoreError
+    expect(notEncrypted.code).toBe('NOT_ENCRYPTED')
+
+    const old = await rejectionOf(createIoaNode({ dataDir, keyStore: { passphrase: PASS } })) as KeyStoreError
+    expect(old.code).toBe('WRONG_PASSPHRASE')
+    const nodeKey = await storedNodeKey(dataDir, NEW)
+    expect(await filesHolding(dataDir, [nodeKey, robotKey].flatMap(secrets))).toEqual([])
+    node = await createIoaNode({ dataDir, keyStore: { passphrase: NEW } })
+    nodes.push(node)
+    expect(node.transport.peerId.toString()).toBe(peer)
+    expect((await node.host(ROBOT)).did).toBe(robot.did)
   }, 90_000)
 
   it('decrypts each key once per start and caches it', async () => {

@@ -6,7 +6,7 @@ import { cardCommand } from './card.js'
 import { delegateCommand } from './delegate.js'
 import { discoverCommand } from './discover.js'
 import { keyNewCommand, keyShowCommand } from './key.js'
-import { keyListCommand } from './key-store.js'
+import { keyListCommand, keyPassphraseCommand } from './key-store.js'
 import { revokeCommand } from './revoke.js'
 import { startCommand } from './start.js'
 import { submitCommand } from './submit.js'
@@ -18,6 +18,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   keyNewCommand,
   keyShowCommand,
   keyListCommand,
+  keyPassphraseCommand,
   agentsCommand,
   discoverCommand,
   cardCommand,

@@ -1,13 +1,15 @@
 /**
  * `ioa key list`: the keys a data directory holds (the node's peer id, its
- * agents' key names and ids), encrypted or not (spec/interconnect.md §1.3).
+ * agents' key names and ids), encrypted or not; `ioa key passphrase`: a new
+ * passphrase for an encrypted one (spec/interconnect.md §1.3).
  */
 import { access } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { clientDataDir } from '../args.js'
 import { CliError, EXIT } from '../errors.js'
-import type { CommandSpec } from '../args.js'
-import type { KeyStoreListing } from '../../keystore.js'
+import type { Args, CommandContext, CommandSpec } from '../args.js'
+import type { KeyStoreInit } from '../../keystore.js'
+import type { Datastore } from 'interface-datastore'
 
 export const keyListCommand: CommandSpec = {
   name: 'key list',
@@ -25,13 +27,10 @@ export const keyListCommand: CommandSpec = {
   },
   examples: ['IOA_KEY_PASSPHRASE=… ioa key list --data-dir ./hotel-state --json'],
   async run (args, ctx) {
-    const dir = args.string('data-dir') != null ? resolve(ctx.cwd, args.string('data-dir') ?? '') : clientDataDir(args, ctx)
-    const { passphraseFromEnv, readPassphraseFile } = await import('../../passphrase.js')
-    const file = args.string('passphrase-file')
-    const keyStore = file != null ? await readPassphraseFile(resolve(ctx.cwd, file), '--passphrase-file') : await passphraseFromEnv(ctx.env, ctx.cwd)
-    const node = await listDir(dir, keyStore)
-    const gatewayDir = join(dir, 'gateway')
-    const gateway = await access(gatewayDir).then(async () => listDir(gatewayDir, keyStore), () => undefined)
+    const dir = dataDirOf(args, ctx)
+    const keyStore = await currentPassphrase(args, ctx)
+    const { listKeys } = await import('../../keystore.js')
+    const { node, gateway } = await withNodeAndGateway(dir, async (store, d) => listKeys(store, { ...keyStore, where: d }))
     if (ctx.out.json) {
       ctx.out.emit({ dataDir: dir, ...node, ...(gateway != null ? { gateway } : {}) })
       return 0
@@ -46,13 +45,28 @@ export const keyListCommand: CommandSpec = {
   }
 }
 
-async function listDir (dir: string, keyStore: { passphrase?: string, source?: string }): Promise<KeyStoreListing> {
+/** The passphrase of `--passphrase-file`, else of the environment */
+async function currentPassphrase (args: Args, ctx: CommandContext): Promise<KeyStoreInit> {
+  const { passphraseFromEnv, readPassphraseFile } = await import('../../passphrase.js')
+  const file = args.string('passphrase-file')
+  return file != null ? readPassphraseFile(resolve(ctx.cwd, file), '--passphrase-file') : passphraseFromEnv(ctx.env, ctx.cwd)
+}
+
+/** `fn` on the data directory, then on its gateway's (`<dir>/gateway`) when there is one */
+async function withNodeAndGateway<T> (dir: string, fn: (store: Datastore, dir: string) => Promise<T>): Promise<{ node: T, gateway?: T }> {
+  const node = await withDataDir(dir, async store => fn(store, dir))
+  const gatewayDir = join(dir, 'gateway')
+  if (!await access(gatewayDir).then(() => true, () => false)) return { node }
+  return { node, gateway: await withDataDir(gatewayDir, async store => fn(store, gatewayDir)) }
+}
+
+/** Run `fn` on the LevelDB of an existing data directory, closed afterwards */
+async function withDataDir<T> (dir: string, fn: (store: Datastore) => Promise<T>): Promise<T> {
   if (!await access(dir).then(() => true, () => false)) {
     throw new CliError('DATA_DIR_UNAVAILABLE', `No data directory at ${dir}`, { exit: EXIT.usage, field: '--data-dir' })
   }
   const { LevelDatastore } = await import('datastore-level')
   const { dataDirError } = await import('../client.js')
-  const { listKeys } = await import('../../keystore.js')
   const store = new LevelDatastore(dir)
   try {
     await store.open()
@@ -60,8 +74,49 @@ async function listDir (dir: string, keyStore: { passphrase?: string, source?: s
     throw await dataDirError(dir, err)
   }
   try {
-    return await listKeys(store, { ...keyStore, where: dir })
+    return await fn(store)
   } finally {
     await store.close().catch(() => {})
   }
+}
+
+export const keyPassphraseCommand: CommandSpec = {
+  name: 'key passphrase',
+  summary: 'change the passphrase of an encrypted data directory',
+  usage: ['key passphrase [--data-dir <dir>] [--passphrase-file <file>] --new-passphrase-file <file> [--json]'],
+  description: [
+    'Re-encrypts every key of the data directory (and of <dir>/gateway) under the passphrase in',
+    '--new-passphrase-file, with a new salt, in one write: the directory is under the old passphrase or',
+    'the new one, never half of each. The current passphrase: --passphrase-file, $IOA_KEY_PASSPHRASE_FILE',
+    'or $IOA_KEY_PASSPHRASE. The directory must not be in use.'
+  ].join('\n'),
+  options: {
+    'data-dir': keyListCommand.options['data-dir'],
+    'passphrase-file': { type: 'string', value: '<file>', description: 'file holding the current passphrase (default $IOA_KEY_PASSPHRASE_FILE, or $IOA_KEY_PASSPHRASE itself)' },
+    'new-passphrase-file': { type: 'string', value: '<file>', description: 'file holding the new passphrase (at least 20 characters)' }
+  },
+  examples: ['ioa key passphrase --data-dir ./hotel-state --passphrase-file old.pass --new-passphrase-file new.pass'],
+  async run (args, ctx) {
+    const dir = dataDirOf(args, ctx)
+    const { readPassphraseFile } = await import('../../passphrase.js')
+    const { changePassphrase } = await import('../../keystore.js')
+    const next = await readPassphraseFile(resolve(ctx.cwd, args.required('new-passphrase-file')), '--new-passphrase-file')
+    const current = await currentPassphrase(args, ctx)
+    const passphrase = current.passphrase
+    if (passphrase == null) {
+      throw new CliError('PASSPHRASE_REQUIRED', 'The current passphrase is needed: --passphrase-file, $IOA_KEY_PASSPHRASE_FILE or $IOA_KEY_PASSPHRASE', { exit: EXIT.usage, field: '--passphrase-file' })
+    }
+    const { node: keys, gateway } = await withNodeAndGateway(dir, async (store, d) => changePassphrase(store, {
+      passphrase, source: current.source, newPassphrase: next.passphrase, newSource: next.source, where: d
+    }))
+    if (ctx.out.json) ctx.out.emit({ dataDir: dir, keys, ...(gateway != null ? { gateway } : {}) })
+    else ctx.out.print(`re-encrypted ${keys} key(s) of ${dir}${gateway != null ? ` and ${gateway} of its gateway` : ''} under the new passphrase`)
+    return 0
+  }
+}
+
+/** `--data-dir`, else the client's */
+function dataDirOf (args: Args, ctx: CommandContext): string {
+  const d = args.string('data-dir')
+  return d != null ? resolve(ctx.cwd, d) : clientDataDir(args, ctx)
 }

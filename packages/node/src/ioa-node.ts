@@ -8,7 +8,7 @@ import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import { openKeyStore } from './keystore.js'
 import type { NodeConfig } from './config.js'
-import type { EncryptedKeyStore, KeyStoreInit } from './keystore.js'
+import type { EncryptedKeyStore, KeyStoreInit, KeyStoreStatus } from './keystore.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   TaskService, TaskServiceInit, Token
@@ -170,6 +170,8 @@ export interface IoaNode {
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
+  /** How the node's keys are kept at rest, what opening them cost and how many plaintext keys were migrated */
+  readonly keyStore: KeyStoreStatus
   /** Host an agent: its card is signed and published, its handlers serve tasks */
   host(init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent>
   /** Attach skill handlers to a hosted agent (served through the task protocol) */
@@ -267,7 +269,8 @@ class DefaultIoaNode implements IoaNode {
     readonly revocations: RevocationService,
     readonly revocationStore: RevocationStore,
     readonly datastore: Datastore,
-    private readonly closeStore: () => Promise<void>
+    private readonly closeStore: () => Promise<void>,
+    readonly keyStore: KeyStoreStatus
   ) {}
 
   async host (init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent> {
@@ -457,7 +460,8 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
     })
-    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore)
+    const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
+    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore)
     try {
       if (init.gateway != null) await node.startGateway(init.gateway, init)
       await node.startLayers(init.layers ?? [])

@@ -79,6 +79,16 @@ export interface OpenKeyStoreOptions extends KeyStoreInit {
   logger?: ComponentLogger
 }
 
+/** What a running node reports about its key store (`IoaNode.keyStore`) */
+export interface KeyStoreStatus {
+  /** The keys are encrypted at rest */
+  encrypted: boolean
+  /** What opening the store cost at start-up, ms (0 when not encrypted) */
+  openedIn: number
+  /** Plaintext keys of the earlier layout moved into the store at this start */
+  migrated: number
+}
+
 /** Datastore key of the store's PBKDF2 parameters; its presence marks an encrypted store */
 export const KEYSTORE_PARAMS_KEY = '/ioa/keystore/params'
 /** Namespace of the keychain's entries (`<ns>/pkcs8/<name>`, `<ns>/info/<name>`) */

@@ -114,6 +114,9 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     }
   }
   const node = await createIoaNode(init)
+  if (node.keyStore.migrated > 0) {
+    emit('node', 'keys-migrated', { count: node.keyStore.migrated, text: `encrypted ${node.keyStore.migrated} plaintext key(s) of ${init.dataDir ?? 'the datastore'}; the plaintext is deleted` })
+  }
   const controller = new AbortController()
   const running: RunningAgent[] = []
   const impls: AgentImplementation[] = []

@@ -149,6 +149,7 @@ describe('keys at rest', () => {
     expect(await filesHolding(dataDir, oldKeys.flatMap(secrets))).not.toEqual([])
 
     let node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
+    expect(node.keyStore).toEqual({ encrypted: true, migrated: 3, openedIn: expect.any(Number) })
     expect(node.transport.peerId.toString()).toBe(peerIdFromPrivateKey(oldNodeKey).toString())
     expect((await node.host(ROBOT)).did).toBe(oldRobot.did)
     expect((await node.host(DRONE)).did).toBe(publicKeyToDid(oldDrone.privateKey.publicKey))
@@ -171,6 +172,7 @@ describe('keys at rest', () => {
     expect(missing.code).toBe('PASSPHRASE_REQUIRED')
     node = await createIoaNode({ dataDir, keyStore: { passphrase: PASS } })
     nodes.push(node)
+    expect(node.keyStore.migrated).toBe(0)
     expect(node.transport.peerId.toString()).toBe(peerIdFromPrivateKey(oldNodeKey).toString())
     expect((await node.host(ROBOT)).did).toBe(oldRobot.did)
   }, 90_000)
@@ -187,6 +189,7 @@ describe('keys at rest', () => {
 
     node = await createIoaNode({})
     nodes.push(node)
+    expect(node.keyStore).toEqual({ encrypted: false, openedIn: 0, migrated: 0 })
     expect((await node.host(ROBOT)).did).toMatch(/^did:key:z/)
   }, 60_000)
 

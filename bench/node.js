@@ -33,6 +33,8 @@ const SKILL = 'bench.echo'
 const MESSAGING_PROTOCOL = '/ioa/bench-node/1.0.0'
 /** Requests in flight for the throughput rows */
 const DEPTH = 32
+/** The passphrase of the start-up's data directories (throw-away keys, not a secret) */
+const BENCH_PASSPHRASE = 'bench keys: not a secret'
 /** Longest single request, task or start-up step before the group gives up, ms */
 const CALL_TIMEOUT = 30_000
 
@@ -222,20 +224,28 @@ const STARTUPS = {
     return performance.now() - t0
   },
   async ioa (dataDir) {
-    const t0 = performance.now()
-    const node = await createIoaNode({ listen: LISTEN, transport: { transports: TRANSPORTS }, ...(dataDir != null ? { dataDir } : {}) })
-    try {
-      await node.host({
-        key: 'startup',
-        name: 'Start-up agent',
-        skills: [{ id: SKILL }],
-        handlers: { [SKILL]: (input) => input }
-      }, { signal: AbortSignal.timeout(CALL_TIMEOUT) })
-    } finally {
-      await node.stop()
-    }
-    return performance.now() - t0
+    return ioaStartup(dataDir, { passphrase: BENCH_PASSPHRASE })
+  },
+  async 'ioa-plaintext' (dataDir) {
+    return ioaStartup(dataDir, { insecurePlaintext: true })
   }
+}
+
+/** Start an IoaNode (its keys encrypted or in plaintext in `dataDir`), host an agent, stop */
+async function ioaStartup (dataDir, keyStore) {
+  const t0 = performance.now()
+  const node = await createIoaNode({ listen: LISTEN, transport: { transports: TRANSPORTS }, ...(dataDir != null ? { dataDir, keyStore } : {}) })
+  try {
+    await node.host({
+      key: 'startup',
+      name: 'Start-up agent',
+      skills: [{ id: SKILL }],
+      handlers: { [SKILL]: (input) => input }
+    }, { signal: AbortSignal.timeout(CALL_TIMEOUT) })
+  } finally {
+    await node.stop()
+  }
+  return performance.now() - t0
 }
 
 /**
@@ -249,6 +259,8 @@ async function measureStartup (runs, progress) {
     const variants = []
     for (const storage of ['memory', 'leveldb']) {
       for (const kind of Object.keys(STARTUPS)) {
+        // in memory there are no keys at rest: no plaintext variant
+        if (kind === 'ioa-plaintext' && storage === 'memory') continue
         variants.push({ kind, storage, dataDir: storage === 'leveldb' ? path.join(dir, kind) : undefined, times: [] })
       }
     }
@@ -301,6 +313,14 @@ export const nodeGroup = {
         row(`ioa.startup.${storage}`, ioa, 'ms', base)
       )
     }
+    // keys at rest: the encrypted key store (keychain PBKDF2, decrypting the
+    // node key and the agent key) against the same start with plaintext keys
+    const plaintext = startups.find(v => v.kind === 'ioa-plaintext').median
+    const encrypted = startups.find(v => v.kind === 'ioa' && v.storage === 'leveldb').median
+    rows.push(
+      row('ioa.startup.leveldb.plaintext', plaintext, 'ms', plaintext),
+      row('ioa.startup.leveldb.encrypted', encrypted, 'ms', plaintext)
+    )
     return rows
   }
 }

@@ -118,11 +118,20 @@ export async function verifyByDid (did: Did, data: Uint8Array, signature: Uint8A
 const NAME = /^[A-Za-z0-9._-]{1,64}$/
 
 /**
- * Agent keys kept in the node's datastore, so that an agent hosted under the
- * same name after a restart has the same id. Keys are stored unencrypted
- * (protect the data directory); the libp2p keychain can be layered on later.
+ * Where a host keeps its agents' keys by local name (`spec/interconnect.md`
+ * §1.3): the same name gives the same identity after a restart
  */
-export class KeyStore {
+export interface AgentKeyStore {
+  /** Load the identity stored under `name`, or create and store a new one */
+  loadOrCreate(name: string, options?: { signal?: AbortSignal }): Promise<Identity & { privateKey: PrivateKey }>
+}
+
+/**
+ * Agent keys kept in the node's datastore, so that an agent hosted under the
+ * same name after a restart has the same id. Keys are stored unencrypted:
+ * `@ioa/node` passes an encrypted store instead (`InterconnectInit.keys`).
+ */
+export class KeyStore implements AgentKeyStore {
   private readonly datastore: Datastore
   private readonly prefix: string
   /** loads in progress, so concurrent calls for one name share one key */

@@ -20,7 +20,7 @@ export type { BoundedMapInit } from './bounded-map.js'
 export {
   publicKeyToDid, didToPublicKey, isDid, domainSeparated, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
 } from './identity.js'
-export type { Did, Identity } from './identity.js'
+export type { Did, Identity, AgentKeyStore } from './identity.js'
 export {
   assertCapability, isCapability, capabilityPrefixes, capabilityMatches, capabilityCid, agentCid,
   MAX_CAPABILITY_DEPTH, MAX_CAPABILITY_LENGTH

@@ -19,7 +19,7 @@ import { defaultRanker, matchQuery } from './ranking.js'
 import type { InterconnectCacheStats } from './caches.js'
 import type { AgentCard, Availability, SignedCard, Skill, SkillInit } from './card.js'
 import type { AgentHistory, Outcome } from './history.js'
-import type { Did, Identity } from './identity.js'
+import type { AgentKeyStore, Did, Identity } from './identity.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
 import type { RequestContext, TransportNode } from '@ioa/transport'
 import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
@@ -45,6 +45,14 @@ export interface InterconnectInit {
    * @default an in-memory datastore
    */
   datastore?: Datastore
+
+  /**
+   * Where agent keys are kept instead of `datastore` (e.g. an encrypted key
+   * store)
+   *
+   * @default a `KeyStore` on `datastore` (unencrypted)
+   */
+  keys?: AgentKeyStore
 
   /**
    * Domain (organisation) of agents hosted here, unless an agent names its own
@@ -364,7 +372,7 @@ const FAILURE_CODES = new Set(['TIMEOUT', 'HANDLER_ERROR'])
 class DefaultInterconnect implements Interconnect {
   readonly node: TransportNode
   readonly opts: Defaults
-  private readonly keys: KeyStore
+  private readonly keys: AgentKeyStore
   private readonly hosted = new Map<Did, Hosted>()
   private readonly hostedByKey = new Map<string, Did>()
   private readonly reserved = new Set<string>()
@@ -392,7 +400,7 @@ class DefaultInterconnect implements Interconnect {
 
   constructor (node: TransportNode, init: InterconnectInit = {}) {
     this.node = node
-    this.keys = new KeyStore(init.datastore ?? new MemoryDatastore())
+    this.keys = init.keys ?? new KeyStore(init.datastore ?? new MemoryDatastore())
     this.opts = {
       domain: init.domain ?? 'local',
       cardTtl: init.cardTtl ?? 3_600_000,

@@ -94,6 +94,16 @@ export const NodeConfigSchema = z.object({
   bootstrap: z.array(Multiaddr).max(64).optional(),
   /** Directory of the node's LevelDB state (keys, agents, journals); relative to the config file @default in memory */
   dataDir: z.string().min(1).optional(),
+  /**
+   * How the node's keys are kept at rest in `dataDir` (spec/interconnect.md §1.3): encrypted with
+   * the passphrase in `passphraseFile` (relative to the config file) or, when it names none, in
+   * the file `$IOA_KEY_PASSPHRASE_FILE` names or in `$IOA_KEY_PASSPHRASE`; `insecurePlaintext` lets a data directory run without a passphrase
+   * (unencrypted test keys) @default {} (a data directory needs a passphrase)
+   */
+  keyStore: z.object({
+    passphraseFile: z.string().min(1).optional(),
+    insecurePlaintext: z.boolean().optional()
+  }).strict().optional(),
   /** Organisation of the hosted agents @default 'local' */
   domain: z.string().min(1).max(253).regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'a lower-case domain name').optional(),
   /** Agents hosted by this node (handlers are attached in code, or by external agent programs) */
@@ -191,6 +201,7 @@ export function resolvePaths (config: NodeConfig, baseDir: string): NodeConfig {
   const out: NodeConfig = { ...config }
   if (out.dataDir != null) out.dataDir = resolve(baseDir, out.dataDir)
   if (out.domainPskFile != null) out.domainPskFile = resolve(baseDir, out.domainPskFile)
+  if (out.keyStore?.passphraseFile != null) out.keyStore = { ...out.keyStore, passphraseFile: resolve(baseDir, out.keyStore.passphraseFile) }
   if (out.agents != null) {
     out.agents = out.agents.map(a => ({
       ...a,

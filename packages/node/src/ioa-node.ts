@@ -7,8 +7,10 @@ import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
+import { openKeyStore } from './keystore.js'
 import type { NodeConfig } from './config.js'
 import type { DomainKeyOptions } from './domain-key.js'
+import type { EncryptedKeyStore, KeyStoreInit, KeyStoreStatus } from './keystore.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
@@ -50,6 +52,17 @@ export interface IoaNodeInit {
   datastore?: Datastore
 
   /**
+   * How the node key and agent keys are kept at rest (`spec/interconnect.md`
+   * §1.3): with a `passphrase` they are encrypted by `@libp2p/keychain`; a
+   * `dataDir` without one is refused (`KeyStoreError` `PASSPHRASE_REQUIRED`)
+   * unless `insecurePlaintext` is set. Memory and a caller's `datastore`
+   * keep keys unencrypted when no passphrase is given.
+   *
+   * @default {}
+   */
+  keyStore?: KeyStoreInit
+
+  /**
    * Organisation of the hosted agents
    *
    * @default 'local'
@@ -75,7 +88,7 @@ export interface IoaNodeInit {
    *
    * @default {}
    */
-  interconnect?: Omit<InterconnectInit, 'datastore' | 'domain'>
+  interconnect?: Omit<InterconnectInit, 'datastore' | 'domain' | 'keys'>
 
   /**
    * Task service options (policy, lease, roots, limits)
@@ -175,6 +188,8 @@ export interface IoaNode {
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
+  /** How the node's keys are kept at rest, what opening them cost and how many plaintext keys were migrated */
+  readonly keyStore: KeyStoreStatus
   /** Host an agent: its card is signed and published, its handlers serve tasks */
   host(init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent>
   /** Attach skill handlers to a hosted agent (served through the task protocol) */
@@ -272,7 +287,8 @@ class DefaultIoaNode implements IoaNode {
     readonly revocations: RevocationService,
     readonly revocationStore: RevocationStore,
     readonly datastore: Datastore,
-    private readonly closeStore: () => Promise<void>
+    private readonly closeStore: () => Promise<void>,
+    readonly keyStore: KeyStoreStatus
   ) {}
 
   async host (init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent> {
@@ -332,22 +348,25 @@ class DefaultIoaNode implements IoaNode {
   /** Start the domain gateway: an inner node in the domain network, bridged to this one */
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
     const { listen, bootstrap, domain, privateNetwork, ...rest } = g
-    const { datastore, owned } = await openDatastore({ dataDir: init.dataDir != null ? `${init.dataDir}/gateway` : undefined })
+    const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
+    const { datastore, owned } = await openDatastore({ dataDir: dir })
     let innerNode: TransportNode | undefined
     let inner: Interconnect | undefined
     try {
+      const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where: dir ?? 'memory' })
       innerNode = await createTransportNode({
         ...init.transport,
         // the domain network's key, never the outer node's own
         privateNetwork,
         ...(privateNetwork != null ? { dhtProtocol: undefined } : {}),
+        ...keyOptions(keys, init),
         listen: listen ?? ['/ip4/127.0.0.1/tcp/0'],
         bootstrap: bootstrap ?? [],
         datastore,
         messaging: init.messaging
       })
       const d = domain ?? this.interconnect.domain
-      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, domain: d })
+      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, keys, domain: d })
       const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
       // tasks for exported agents are relayed too (this node then serves no tasks itself)
       const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect, onRelay: e => { this.events.gateway.emit(e) } }).catch(async (err) => {
@@ -444,14 +463,17 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   let transport: TransportNode | undefined
   let interconnect: Interconnect | undefined
   try {
+    const where = init.dataDir ?? (init.datastore != null ? 'the node\'s datastore' : 'memory')
+    const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where })
     transport = await createTransportNode({
       ...init.transport,
+      ...keyOptions(keys, init),
       listen: init.listen,
       bootstrap: init.bootstrap,
       datastore,
       messaging: init.messaging
     })
-    interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, domain: init.domain })
+    interconnect = await createInterconnect(transport, { ...init.interconnect, datastore, keys, domain: init.domain })
     const hosts = interconnect
     const revocationStore = await RevocationStore.open(datastore, {
       clockSkew: init.tasks?.clockSkew,
@@ -467,7 +489,8 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
     })
-    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore)
+    const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
+    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore)
     try {
       if (init.gateway != null) await node.startGateway(init.gateway, init)
       await node.startLayers(init.layers ?? [])
@@ -485,6 +508,12 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   }
 }
 
+/** The peer key of an encrypted key store (a key given in `transport.privateKey` wins) */
+function keyOptions (keys: EncryptedKeyStore | undefined, init: IoaNodeInit): Pick<TransportNodeInit, 'privateKey'> {
+  const privateKey = init.transport?.privateKey ?? keys?.nodeKey
+  return privateKey != null ? { privateKey } : {}
+}
+
 /**
  * Node options from a validated config file. The domain network's key comes
  * from the config or from `options.env` (see `domainKeySource`): it closes
@@ -498,6 +527,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
     listen: c.listen,
     bootstrap: c.bootstrap,
     dataDir: c.dataDir,
+    ...(c.keyStore?.insecurePlaintext === true ? { keyStore: { insecurePlaintext: true } } : {}),
     domain: c.domain,
     transport: {
       providerTtl: c.providerTtl,

@@ -8,6 +8,7 @@ import { ConfigError, parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
 import { startExternalAgent } from './external-agent.js'
 import { createIoaNode, initFromConfig } from './ioa-node.js'
+import { keyStoreFromConfig } from './passphrase.js'
 import type { AgentConfig, NodeConfig } from './config.js'
 import type { ExternalAgent } from './external-agent.js'
 import type { IoaLayer, IoaNode, IoaNodeInit } from './ioa-node.js'
@@ -54,7 +55,7 @@ export interface StartFromConfigOptions {
   layers?: IoaLayer[]
   /** Node options that override the config's (e.g. a datastore) */
   overrides?: Partial<IoaNodeInit>
-  /** Where `IOA_DOMAIN_PSK_FILE` / `IOA_DOMAIN_PSK` are read @default process.env */
+  /** Where `IOA_DOMAIN_PSK_FILE` / `IOA_DOMAIN_PSK`, `$IOA_KEY_PASSPHRASE_FILE` and `$IOA_KEY_PASSPHRASE` are read @default process.env */
   env?: Record<string, string | undefined>
   /** Base of a relative `IOA_DOMAIN_PSK_FILE` @default process.cwd() */
   cwd?: string
@@ -107,11 +108,23 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
 
   const keyOptions = { env: options.env ?? process.env, cwd: options.cwd }
   const init = { ...initFromConfig(c, keyOptions), ...options.overrides, layers: options.layers ?? options.overrides?.layers }
+  // the passphrase protects keys at rest: read only when the node keeps any
+  if (options.overrides?.keyStore == null && (init.dataDir != null || init.datastore != null)) {
+    const { exposed, ...keyStore } = await keyStoreFromConfig(c, options.env)
+    init.keyStore = keyStore
+    if (exposed != null) emit('node', 'warning', { text: exposed })
+    if (keyStore.passphrase == null && keyStore.insecurePlaintext === true && init.dataDir != null) {
+      emit('node', 'warning', { text: `the keys in ${init.dataDir} are stored unencrypted (keyStore.insecurePlaintext): test keys only` })
+    }
+  }
   const node = await createIoaNode(init).catch((err) => {
     // a key file that cannot be read or parsed is a config error of its field
     if ((err as Error)?.name === 'InvalidDomainKeyError') throw new ConfigError((err as Error).message, domainKeySource(c, keyOptions)?.field)
     throw err
   })
+  if (node.keyStore.migrated > 0) {
+    emit('node', 'keys-migrated', { count: node.keyStore.migrated, text: `encrypted ${node.keyStore.migrated} plaintext key(s) of ${init.dataDir ?? 'the datastore'}; the plaintext is deleted` })
+  }
   const controller = new AbortController()
   const running: RunningAgent[] = []
   const impls: AgentImplementation[] = []

@@ -31,9 +31,11 @@ let addr: string
 let agentDid: string
 
 /** Run `ioa …` in a child process; resolves when it exits */
-async function ioa (args: string[], options: { home?: string, timeout?: number } = {}): Promise<Run> {
+async function ioa (args: string[], options: { home?: string, timeout?: number, env?: Record<string, string> } = {}): Promise<Run> {
   const env: Record<string, string | undefined> = { ...process.env, IOA_HOME: options.home ?? home }
   delete env.IOA_BOOTSTRAP
+  delete env.IOA_KEY_PASSPHRASE
+  Object.assign(env, options.env)
   const child = spawn(process.execPath, [BIN, ...args], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''
@@ -43,6 +45,17 @@ async function ioa (args: string[], options: { home?: string, timeout?: number }
   const [code] = await once(child, 'close') as [number | null]
   clearTimeout(timer)
   return { code, stdout, stderr }
+}
+
+/** Start an ioa process, collect its JSON lines, SIGINT it once `match` matches one; resolves to that line */
+async function interrupted (args: string[], match: (e: any) => boolean, env: Record<string, string> = {}): Promise<any> {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: dir, env: { ...process.env, IOA_HOME: home, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const seen: any[] = []
+  createInterface({ input: child.stdout! }).on('line', line => { seen.push(JSON.parse(line)) })
+  const hit = await until(() => seen.find(match), { timeout: 30_000, what: `a line of ioa ${args[0]}` })
+  child.kill('SIGINT')
+  await once(child, 'exit')
+  return hit
 }
 
 /** The JSON document a one-shot command printed */
@@ -249,16 +262,6 @@ describe('delegation, tasks and revocation', () => {
   })
 
   it('ioa task --follow streams a task again after its submitter stopped following, and --cancel cancels it', async () => {
-    /** Start an ioa process, collect its JSON lines, SIGINT it once `until` matches one */
-    const interrupted = async (args: string[], match: (e: any) => boolean): Promise<any> => {
-      const child = spawn(process.execPath, [BIN, ...args], { cwd: dir, env: { ...process.env, IOA_HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] })
-      const seen: any[] = []
-      createInterface({ input: child.stdout! }).on('line', line => { seen.push(JSON.parse(line)) })
-      const hit = await until(() => seen.find(match), { timeout: 30_000, what: `a line of ioa ${args[0]}` })
-      child.kill('SIGINT')
-      await once(child, 'exit')
-      return hit
-    }
     // a task that runs until canceled; its submitter stops following (the task goes on)
     const working = await interrupted(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.wait', '--bootstrap', addr, '--json'],
       e => e.type === 'status' && e.task.state === 'working')
@@ -360,7 +363,7 @@ describe('bad input', () => {
   })
 
   it('prints the help of ioa and of every command with --help or -h (exit 0)', async () => {
-    const commands = ['start', 'key new', 'key show', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task']
+    const commands = ['start', 'key new', 'key show', 'key list', 'key passphrase', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task']
     const runs = await Promise.all([
       ioa(['--help']),
       ioa(['key', '--help']),
@@ -377,6 +380,65 @@ describe('bad input', () => {
       expect(r.stdout).toContain('--json')
     })
   })
+})
+
+describe('keys at rest, over processes', () => {
+  it('ioa start encrypts its data directory with the passphrase file, keeps its ids across restarts, refuses a wrong or missing passphrase (exit 2); ioa key list reads it, ioa key passphrase changes it', async () => {
+    const agents = [{ key: 'keeper', name: 'Keeper', skills: [{ id: 'demo.keep' }] }]
+    await writeFile(join(dir, 'node.pass'), 'the passphrase of the cli test\n', { mode: 0o600 })
+    await writeFile(join(dir, 'keys.json'), JSON.stringify({ dataDir: 'encrypted-state', keyStore: { passphraseFile: 'node.pass' }, agents }))
+    await writeFile(join(dir, 'keys-env.json'), JSON.stringify({ dataDir: 'encrypted-state', agents }))
+    const isReady = (e: any): boolean => e.type === 'ready'
+    const first = await interrupted(['start', '--json', '--config', 'keys.json'], isReady)
+    const second = await interrupted(['start', '--json', '--config', 'keys.json'], isReady)
+    expect(second.peerId).toBe(first.peerId)
+    expect(second.agents[0].did).toBe(first.agents[0].did)
+
+    // one process at a time holds the directory: these run in turn
+    const wrong = await ioa(['start', '--json', '--config', 'keys-env.json'], { env: { IOA_KEY_PASSPHRASE: 'a wrong passphrase, long enough' } })
+    expect(wrong.code).toBe(2)
+    expect(errorLine(wrong)).toMatchObject({ code: 'WRONG_PASSPHRASE', field: '$IOA_KEY_PASSPHRASE' })
+    const missing = await ioa(['start', '--json', '--config', 'keys-env.json'])
+    expect(missing.code).toBe(2)
+    expect(errorLine(missing)).toMatchObject({ code: 'PASSPHRASE_REQUIRED' })
+    const fresh = await ioa(['start', '--json', '--data-dir', 'new-state'])
+    expect(fresh.code).toBe(2)
+    expect(errorLine(fresh)).toMatchObject({ code: 'PASSPHRASE_REQUIRED' })
+
+    const listed = json(await ioa(['key', 'list', '--data-dir', 'encrypted-state', '--passphrase-file', 'node.pass', '--json']))
+    expect(listed).toEqual({ dataDir: join(dir, 'encrypted-state'), encrypted: true, peerId: first.peerId, agents: [{ key: 'keeper', did: first.agents[0].did }] })
+    const locked = await ioa(['key', 'list', '--data-dir', 'encrypted-state', '--json'])
+    expect(locked.code).toBe(2)
+    expect(errorLine(locked)).toMatchObject({ code: 'PASSPHRASE_REQUIRED' })
+    // a new passphrase: the old one is refused from then on
+    await writeFile(join(dir, 'new.pass'), 'the new passphrase of the cli test\n', { mode: 0o600 })
+    const rotated = json(await ioa(['key', 'passphrase', '--data-dir', 'encrypted-state', '--passphrase-file', 'node.pass', '--new-passphrase-file', 'new.pass', '--json']))
+    expect(rotated).toEqual({ dataDir: join(dir, 'encrypted-state'), keys: 2 })
+    const stale = await ioa(['start', '--json', '--config', 'keys.json'])
+    expect(stale.code).toBe(2)
+    expect(errorLine(stale)).toMatchObject({ code: 'WRONG_PASSPHRASE', field: 'keyStore.passphraseFile' })
+    // the environment variable works as well as the file
+    const env = await interrupted(['start', '--json', '--config', 'keys-env.json'], isReady, { IOA_KEY_PASSPHRASE: 'the new passphrase of the cli test' })
+    expect(env.peerId).toBe(first.peerId)
+    expect(env.agents[0].did).toBe(first.agents[0].did)
+  }, 120_000)
+
+  it('the client commands work with a client home encrypted by $IOA_KEY_PASSPHRASE, and refuse it without', async () => {
+    const encryptedHome = join(dir, 'encrypted-home')
+    const env = { IOA_KEY_PASSPHRASE: 'the passphrase of the client home' }
+    const cards = json(await ioa(['agents', '--peer', addr, '--json'], { home: encryptedHome, env }))
+    expect(cards.map((c: any) => c.did)).toEqual([agentDid])
+    const listed = json(await ioa(['key', 'list', '--json'], { home: encryptedHome, env }))
+    expect(listed).toMatchObject({ encrypted: true, peerId: expect.stringMatching(/^12D3KooW/), agents: [] })
+    const refused = await ioa(['agents', '--peer', addr, '--json'], { home: encryptedHome })
+    expect(refused.code).toBe(2)
+    expect(errorLine(refused)).toMatchObject({ code: 'PASSPHRASE_REQUIRED' })
+    // a plaintext home is listed as such, and left as it is
+    const plainHome = join(dir, 'plain-home')
+    expect(json(await ioa(['agents', '--peer', addr, '--json'], { home: plainHome })).map((c: any) => c.did)).toEqual([agentDid])
+    const plain = json(await ioa(['key', 'list', '--json'], { home: plainHome }))
+    expect(plain).toMatchObject({ encrypted: false, peerId: expect.stringMatching(/^12D3KooW/) })
+  }, 60_000)
 })
 
 describe('ioa start, stopping', () => {

@@ -1,28 +1,16 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { tokenCid } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { generateDomainKey } from '@ioa/transport'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { rejectionOf, until } from '../../../test/util.js'
 import { createIoaNode, initFromConfig, loadConfig, parseConfig, resolvePaths, startFromConfig } from '../src/index.js'
-import type { ConfigError, IoaLayer, IoaNode, NodeTaskEvent } from '../src/index.js'
+import type { ConfigError, IoaLayer, NodeTaskEvent } from '../src/index.js'
+import { scratch } from './fixtures/scratch.js'
 import type { RelayEvent } from '@ioa/collab'
 
-const nodes: IoaNode[] = []
-const dirs: string[] = []
-
-afterEach(async () => {
-  for (const n of nodes.splice(0).reverse()) await n.stop().catch(() => {})
-  for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true })
-})
-
-async function tempDir (): Promise<string> {
-  const d = await mkdtemp(join(tmpdir(), 'ioa-node-'))
-  dirs.push(d)
-  return d
-}
+const { nodes, tempDir } = scratch('ioa-node-')
 
 function configError (fn: () => unknown): ConfigError {
   try {
@@ -105,12 +93,13 @@ describe('IoaNode over TCP', () => {
 
   it('keeps its peer id and agent ids in its data directory across restarts', async () => {
     const dataDir = await tempDir()
-    let node = await createIoaNode({ dataDir })
+    const keyStore = { passphrase: 'a passphrase of the test keys' }
+    let node = await createIoaNode({ dataDir, keyStore })
     const peer = node.transport.peerId.toString()
     const first = await node.host({ key: 'robot', name: 'Patrol robot', skills: [{ id: 'security.patrol' }] })
     await node.stop()
 
-    node = await createIoaNode({ dataDir })
+    node = await createIoaNode({ dataDir, keyStore })
     nodes.push(node)
     const again = await node.host({ key: 'robot', name: 'Patrol robot', skills: [{ id: 'security.patrol' }] })
     expect(node.transport.peerId.toString()).toBe(peer)
@@ -141,24 +130,25 @@ describe('custom layers', () => {
 
   it('fails with LayerError for a malformed, duplicate or failing layer, stopping what started and releasing the data directory', async () => {
     const dataDir = await tempDir()
+    const keyStore = { insecurePlaintext: true }
     const stopped: string[] = []
     const ok: IoaLayer = { name: 'ok', start () {}, stop () { stopped.push('ok') } }
 
-    const dup = await rejectionOf(createIoaNode({ dataDir, layers: [ok, { name: 'ok', start () {} }] }))
+    const dup = await rejectionOf(createIoaNode({ dataDir, keyStore, layers: [ok, { name: 'ok', start () {} }] }))
     expect(dup.name).toBe('LayerError')
     expect((dup as { code?: string }).code).toBe('LAYER_FAILED')
     expect(stopped).toEqual(['ok'])
 
-    const failing = await rejectionOf(createIoaNode({ dataDir, layers: [{ name: 'broken', start () { throw new Error('no database') } }] }))
+    const failing = await rejectionOf(createIoaNode({ dataDir, keyStore, layers: [{ name: 'broken', start () { throw new Error('no database') } }] }))
     expect(failing.name).toBe('LayerError')
     expect(failing.message).toContain('no database')
     expect((failing.cause as Error).message).toBe('no database')
 
-    const malformed = await rejectionOf(createIoaNode({ dataDir, layers: [{ name: '' } as unknown as IoaLayer] }))
+    const malformed = await rejectionOf(createIoaNode({ dataDir, keyStore, layers: [{ name: '' } as unknown as IoaLayer] }))
     expect(malformed.name).toBe('LayerError')
 
     // nothing was left holding the data directory
-    const node = await createIoaNode({ dataDir })
+    const node = await createIoaNode({ dataDir, keyStore })
     nodes.push(node)
   }, 60_000)
 })

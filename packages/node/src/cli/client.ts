@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import { LevelDatastore } from 'datastore-level'
 import { createIoaNode } from '../ioa-node.js'
+import { passphraseFromEnv } from '../passphrase.js'
 import { peerOf } from './args.js'
 import { CliError, oneLine } from './errors.js'
 import type { IoaNode } from '../ioa-node.js'
@@ -58,7 +59,9 @@ export async function openClient (init: ClientInit): Promise<Client> {
       datastore,
       // a client asks the DHT but does not serve it: other peers keep it out of their tables
       transport: { dhtClientMode: true },
-      interconnect: { publish: false }
+      interconnect: { publish: false },
+      // the client's peer key is encrypted when a passphrase is set (docs/cli.md)
+      keyStore: await passphraseFromEnv(process.env)
     })
     const connected = await joinNetwork(node, init)
     return { node, connected, close }

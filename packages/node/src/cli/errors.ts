@@ -49,7 +49,7 @@ export interface ErrorReport {
 
 /**
  * The report of any error: CLI errors keep their code and exit status, a
- * `ConfigError` exits 2 naming its field, typed errors of the layers keep
+ * `ConfigError` or `KeyStoreError` exits 2 naming its field, typed errors of the layers keep
  * their code and exit 1, anything else is `ERROR`.
  */
 export function errorReport (err: unknown): ErrorReport {
@@ -58,7 +58,7 @@ export function errorReport (err: unknown): ErrorReport {
   const code = typeof e?.code === 'string' && e.code !== '' ? e.code : 'ERROR'
   const field = typeof e?.field === 'string' ? e.field : undefined
   if (err instanceof CliError) return { code, message, exit: err.exit, ...(field != null ? { field } : {}) }
-  if (e?.name === 'ConfigError') return { code, message, exit: EXIT.usage, ...(field != null ? { field } : {}) }
+  if (e?.name === 'ConfigError' || e?.name === 'KeyStoreError') return { code, message, exit: EXIT.usage, ...(field != null ? { field } : {}) }
   return { code, message, exit: EXIT.failed }
 }
 

@@ -6,6 +6,7 @@ import { cardCommand } from './card.js'
 import { delegateCommand } from './delegate.js'
 import { discoverCommand } from './discover.js'
 import { keyNewCommand, keyShowCommand } from './key.js'
+import { keyListCommand, keyPassphraseCommand } from './key-store.js'
 import { revokeCommand } from './revoke.js'
 import { startCommand } from './start.js'
 import { submitCommand } from './submit.js'
@@ -16,6 +17,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   startCommand,
   keyNewCommand,
   keyShowCommand,
+  keyListCommand,
+  keyPassphraseCommand,
   agentsCommand,
   discoverCommand,
   cardCommand,

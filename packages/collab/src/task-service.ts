@@ -22,6 +22,7 @@ import { allOf, evaluatePolicy, verifyApproval } from './policy.js'
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
+import { SharedStream } from './tasks/shared-stream.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
 import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
@@ -457,6 +458,8 @@ class DefaultTaskService implements TaskService {
   private readonly recent = new Map<string, TaskRecord>()
   private readonly routes = new Map<string, string>()
   private readonly locks = new Map<string, Promise<unknown>>()
+  /** Submits in flight by (sender, agent, idempotency key) */
+  private readonly joins = new Map<string, SharedStream<TaskEvent>>()
   private starting?: Promise<void>
   private started = false
 
@@ -1022,7 +1025,23 @@ class DefaultTaskService implements TaskService {
       })
       return this.openStream(peer, 'submit', { envelope, body }, signal)
     }
-    yield * this.watch(to, taskId, open, options.signal)
+    if (request.idempotencyKey == null) {
+      yield * this.watch(to, taskId, open, options.signal)
+      return
+    }
+    // concurrent submits with one key follow one stream (checked and set before any await)
+    const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
+    let shared = this.joins.get(key)
+    if (shared == null) {
+      const created = new SharedStream<TaskEvent>(
+        signal => this.watch(to, taskId, open, signal),
+        e => e.type === 'status' || e.type === 'artifact',
+        () => { if (this.joins.get(key) === created) this.joins.delete(key) }
+      )
+      this.joins.set(key, created)
+      shared = created
+    }
+    yield * shared.join(options.signal)
   }
 
   async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {

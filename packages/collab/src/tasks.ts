@@ -145,7 +145,7 @@ export const DEFAULT_TASK_LIMITS: Readonly<TaskLimits> = Object.freeze({
   maxArtifactBytes: 32_768,
   maxResultBytes: 262_144,
   maxActiveTasks: 1_024,
-  maxSubscribers: 8,
+  maxSubscribers: 32,
   maxTaskDuration: 3_600_000
 })
 

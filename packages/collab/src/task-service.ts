@@ -22,12 +22,14 @@ import { allOf, evaluatePolicy, verifyApproval } from './policy.js'
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
+import { TaskAdmission, addressKey } from './tasks/admission.js'
 import { SharedStream } from './tasks/shared-stream.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
 import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
 import type { TaskError, TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './tasks.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
+import type { Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 /** The task protocol id */
@@ -147,6 +149,13 @@ export interface TaskServiceInit {
   policy?: Policy
   /** Heartbeat interval of the executor; a requester reports a lapse after 3× this without news @default 1_000 */
   leaseInterval?: number
+  /**
+   * A non-terminal task that no stream (submit or resubscribe) follows for
+   * this long is canceled with `ABANDONED`, in ms (spec 7.1)
+   *
+   * @default 3 × leaseInterval
+   */
+  abandonAfter?: number
   /** Replay cache (or its options) for received envelopes */
   replayCache?: ReplayCache | ReplayCacheInit
   /**
@@ -389,6 +398,10 @@ interface Live {
   pending?: { input: unknown, chain: VerifiedChain, capability: Capability, proofs: Token[], served: Served, budget?: number }
   writing: Promise<void>
   saveQueued: boolean
+  /** Gives the task's fair-share slots back (once) */
+  release: () => void
+  /** Runs while no stream follows the task */
+  abandonTimer?: ReturnType<typeof setTimeout>
 }
 
 class HandlerContext implements SkillContext {
@@ -453,6 +466,9 @@ class DefaultTaskService implements TaskService {
   private readonly approvalTimeout: number
   private readonly requestTimeout: number
   private readonly limits: TaskLimits
+  private readonly admission: TaskAdmission
+  private readonly abandonAfter: number
+  private readonly log: Logger
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
@@ -489,6 +505,15 @@ class DefaultTaskService implements TaskService {
     this.approvalTimeout = init.approvalTimeout ?? 600_000
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = { ...DEFAULT_TASK_LIMITS, ...init.limits }
+    this.admission = new TaskAdmission({
+      maxActiveTasks: this.limits.maxActiveTasks,
+      maxActiveTasksPerPeer: this.limits.maxActiveTasksPerPeer,
+      maxActiveTasksPerCaller: this.limits.maxActiveTasksPerCaller,
+      maxActiveTasksPerAddress: this.limits.maxActiveTasksPerAddress
+    })
+    this.abandonAfter = init.abandonAfter ?? 3 * this.lease
+    if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
+    this.log = ic.node.logger.forComponent('ioa:collab:tasks')
   }
 
   // ---- lifecycle -----------------------------------------------------
@@ -503,7 +528,7 @@ class DefaultTaskService implements TaskService {
         }
       }
       const m = this.ic.node.services.messaging
-      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal))
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
@@ -588,11 +613,31 @@ class DefaultTaskService implements TaskService {
     this.emit(live, { type: 'status', task: live.record.snapshot })
   }
 
+  private attach (live: Live, sub: Subscriber): void {
+    live.subscribers.add(sub)
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = undefined
+  }
+
+  /** A stream stopped following the task: with none left, it is abandoned unless one comes back in time */
+  private detach (live: Live, sub: Subscriber): void {
+    if (!live.subscribers.delete(sub) || live.subscribers.size > 0 || isTerminal(live.record.snapshot.state)) return
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = setTimeout(() => {
+      if (live.subscribers.size > 0) return
+      this.log('task %s of %s abandoned: no stream for %d ms', live.record.snapshot.id, live.record.owner, this.abandonAfter)
+      this.finish(live, 'canceled', { error: { code: 'ABANDONED', message: `No stream followed the task for ${this.abandonAfter} ms` } })
+    }, this.abandonAfter)
+    live.abandonTimer.unref?.()
+  }
+
   /** Move a task to a terminal state once; later calls do nothing */
   private finish (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
     if (isTerminal(live.record.snapshot.state)) return
     clearTimeout(live.deadlineTimer)
     clearTimeout(live.approvalTimer)
+    clearTimeout(live.abandonTimer)
+    live.release()
     live.pending = undefined
     this.setState(live, to, patch)
     if (!live.controller.signal.aborted) {
@@ -632,7 +677,7 @@ class DefaultTaskService implements TaskService {
    * task gets `sub` attached before anything runs, so its stream shows every
    * state from `submitted` on.
    */
-  private async accept (payload: unknown, peer: string, sub?: Subscriber): Promise<Live | TaskRecord> {
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string): Promise<Live | TaskRecord> {
     const { checked, rawBody } = checkSubmit(payload)
     const envelope: Envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
@@ -665,7 +710,13 @@ class DefaultTaskService implements TaskService {
       }
       const now = Date.now()
       if (body.deadline != null && body.deadline <= now) throw new DeadlineExceededError('The deadline has already passed')
-      if (this.live.size >= this.limits.maxActiveTasks) throw new TooManyRequestsError(`More than ${this.limits.maxActiveTasks} active tasks`)
+      let release: () => void
+      try {
+        release = this.admission.admit({ caller: p.from, ...(peer !== this.selfPeer() ? { peer } : {}), ...(address != null ? { address } : {}) })
+      } catch (err: any) {
+        this.log('refused task %s of %s from %s (%s): %s', p.task, p.from, peer, address ?? 'no address', err?.message)
+        throw err
+      }
       const deadline = Math.min(body.deadline ?? Infinity, now + this.limits.maxTaskDuration)
       const snapshot: TaskSnapshot = cleanSnapshot({
         id: p.task,
@@ -695,10 +746,11 @@ class DefaultTaskService implements TaskService {
         subscribers: new Set(),
         pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
         writing: Promise.resolve(),
-        saveQueued: false
+        saveQueued: false,
+        release
       }
       if (sub != null) {
-        live.subscribers.add(sub)
+        this.attach(live, sub)
         sub.push({ type: 'status', task: snapshot })
       }
       const key = DefaultTaskService.key(p.to, p.task)
@@ -712,6 +764,7 @@ class DefaultTaskService implements TaskService {
         if (body.idempotencyKey != null) await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
       } catch (err) {
         this.live.delete(key)
+        release()
         throw err
       }
       live.deadlineTimer = setTimeout(() => {
@@ -802,7 +855,7 @@ class DefaultTaskService implements TaskService {
         throw new TooManyRequestsError(`More than ${this.limits.maxSubscribers} streams follow task ${live.record.snapshot.id}`)
       }
       sub = new Subscriber()
-      live.subscribers.add(sub)
+      this.attach(live, sub)
     }
     try {
       if (attached == null) {
@@ -820,18 +873,18 @@ class DefaultTaskService implements TaskService {
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {
-      live.subscribers.delete(sub)
+      this.detach(live, sub)
     }
   }
 
-  private async * onSubmit (payload: unknown, peer: string, signal: AbortSignal): AsyncGenerator<TaskEvent> {
+  private async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
     const sub = new Subscriber()
-    const task = await this.accept(payload, peer, sub)
+    const task = await this.accept(payload, peer, sub, address)
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
       yield * this.follow(task, signal, attached ? sub : undefined)
     } finally {
-      if ('record' in task) task.subscribers.delete(sub)
+      if ('record' in task) this.detach(task, sub)
     }
   }
 

@@ -10,13 +10,15 @@ import { yamux } from '@chainsafe/libp2p-yamux'
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { createTransportNode, messaging } from '@ioa/transport'
 import { tcp } from '@libp2p/tcp'
+import { multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p } from 'libp2p'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { collect, delay, rejectionOf, until } from '../../../test/util.js'
+import { collect, delay, until } from '../../../test/util.js'
 import { delegate } from '../src/delegation.js'
 import { createEnvelope } from '../src/envelope.js'
 import { fromRemote } from '../src/errors.js'
 import { TASK_PROTOCOL, createTaskService } from '../src/task-service.js'
+import { addressKey } from '../src/tasks/admission.js'
 import type { Token } from '../src/delegation.js'
 import type { TaskEvent, TaskService } from '../src/task-service.js'
 import type { TaskSnapshot } from '../src/tasks.js'
@@ -147,5 +149,119 @@ describe('task fair share, abandoned tasks and idempotency over TCP', () => {
     const done = await Promise.all(Array.from({ length: 40 }, async () => tsR.submitAndWait(bystander.did, worker.did, { ...req, taskId: crypto.randomUUID() })))
     expect(new Set(done.map(d => d.id)).size).toBe(1)
     expect(counted.n - before).toBe(2)
+  })
+
+  /** Bare peers dialled in to the executor from `address` (one at a time: libp2p rate-limits new inbound connections per host) */
+  async function attackers (address: string, n: number): Promise<BareNode[]> {
+    const out: BareNode[] = []
+    for (let i = 0; i < n; i++) {
+      const node = await bareNode(address)
+      closers.push(async () => node.stop())
+      await until(async () => node.dial(target).then(() => true, () => false), { ...POLL, timeout: 20_000, what: `dial from ${address}` })
+      out.push(node)
+    }
+    return out
+  }
+
+  /** Wait until every task started so far has ended (their slots are free again) */
+  async function drained (): Promise<void> {
+    await until(() => started.every(s => s.signal.aborted), { ...POLL, timeout: 30_000, what: 'held tasks ended' })
+  }
+
+  async function accepted (held: Held[]): Promise<{ ok: number, refused: string[] }> {
+    const firsts = await Promise.all(held.map(async h => h.first))
+    const refused = firsts.filter((f): f is { error: any } => 'error' in f).map(f => String(f.error?.code))
+    return { ok: firsts.length - refused.length, refused }
+  }
+
+  async function bystanderRuns (): Promise<TaskSnapshot> {
+    return tsR.submitAndWait(bystander.did, worker.did, { skill: 'test.count', input: { ms: 10 }, proofs: [bystanderToken] })
+  }
+
+  it('holds one peer and one caller agent to their share; a bystander still gets its task run', async () => {
+    const [peer] = await attackers('127.0.0.2', 1)
+    // one peer, a fresh caller agent (self-signed token) per task
+    const fromPeer: Held[] = []
+    for (let i = 0; i < 10; i++) fromPeer.push(await hold(peer, await selfSigned()))
+    expect(await accepted(fromPeer)).toEqual({ ok: LIMITS.maxActiveTasksPerPeer, refused: ['TOO_MANY_REQUESTS', 'TOO_MANY_REQUESTS'] })
+    // one caller agent from fresh peers of another address
+    const caller = await selfSigned()
+    const fromCaller: Held[] = []
+    for (const node of await attackers('127.0.0.3', 2)) {
+      for (let i = 0; i < 5; i++) fromCaller.push(await hold(node, caller))
+    }
+    expect(await accepted(fromCaller)).toEqual({ ok: LIMITS.maxActiveTasksPerCaller, refused: ['TOO_MANY_REQUESTS', 'TOO_MANY_REQUESTS'] })
+    expect((await bystanderRuns()).state).toBe('completed')
+    for (const h of [...fromPeer, ...fromCaller]) await h.close()
+    await drained()
+  })
+
+  it('holds many peer ids from one address to the address share; others keep their share', async () => {
+    const nodes = await attackers('127.0.0.4', 5)
+    const held: Held[] = []
+    // 5 peers x 8 tasks would fill the node's 40 without a limit per address
+    for (const node of nodes) {
+      for (let i = 0; i < LIMITS.maxActiveTasksPerPeer; i++) held.push(await hold(node, await selfSigned()))
+    }
+    const { ok, refused } = await accepted(held)
+    expect(ok).toBe(LIMITS.maxActiveTasksPerAddress)
+    expect(new Set(refused)).toEqual(new Set(['TOO_MANY_REQUESTS']))
+    expect((await bystanderRuns()).state).toBe('completed')
+    // a peer of another address still gets its own share
+    const [other] = await attackers('127.0.0.5', 1)
+    const more: Held[] = []
+    for (let i = 0; i < 3; i++) more.push(await hold(other, await selfSigned()))
+    expect((await accepted(more)).ok).toBe(3)
+    for (const h of [...held, ...more]) await h.close()
+    await drained()
+  })
+
+  it('cancels a task whose requester neither holds its stream nor resubscribes (ABANDONED)', async () => {
+    let id: string | undefined
+    for await (const e of tsR.submit(bystander.did, worker.did, { skill: 'test.slow', input: { ms: 120_000 }, proofs: [bystanderToken] })) {
+      if (e.type === 'status' && e.task.state === 'working') { id = e.task.id; break }
+    }
+    expect(id).toBeDefined()
+    const final = await until(async () => {
+      const t = await tsR.get(worker.did, id as string)
+      return t.state === 'canceled' ? t : undefined
+    }, { ...POLL, timeout: 20_000, what: 'abandoned task canceled' })
+    expect(final.error?.code).toBe('ABANDONED')
+    expect(started.find(s => s.id === id)?.signal.aborted).toBe(true)
+  })
+
+  it('keeps a task whose requester resubscribes after losing its stream', async () => {
+    let id: string | undefined
+    const ms = 12 * LEASE
+    for await (const e of tsR.submit(bystander.did, worker.did, { skill: 'test.slow', input: { ms }, proofs: [bystanderToken] })) {
+      if (e.type === 'status' && e.task.state === 'working') { id = e.task.id; break }
+    }
+    expect(id).toBeDefined()
+    // back within the 3 leases, more than once
+    for (let i = 0; i < 3; i++) {
+      await delay(2 * LEASE)
+      const events: TaskEvent[] = []
+      for await (const e of tsR.resubscribe(worker.did, id as string)) {
+        events.push(e)
+        if (events.length >= 2) break
+      }
+      expect((events[0] as { task: TaskSnapshot }).task.state).toBe('working')
+    }
+    const events = await collect(tsR.resubscribe(worker.did, id as string))
+    const last = events.at(-1) as { task: TaskSnapshot }
+    expect(last.task.state).toBe('completed')
+    expect(last.task.result).toBe('finished')
+  })
+})
+
+describe('fair-share address key', () => {
+  it('counts IPv4 by address, IPv6 by /64, IPv4-mapped IPv6 as IPv4, and nothing without an IP', () => {
+    expect(addressKey(multiaddr('/ip4/127.0.0.2/tcp/4001'))).toBe('127.0.0.2')
+    expect(addressKey(multiaddr('/ip6/2001:db8:1:2:aa:bb:cc:dd/tcp/1'))).toBe('2001:db8:1:2::/64')
+    expect(addressKey(multiaddr('/ip6/2001:db8:1:2::7/tcp/1'))).toBe('2001:db8:1:2::/64')
+    expect(addressKey(multiaddr('/ip6/::1/tcp/1'))).toBe('0:0:0:0::/64')
+    expect(addressKey(multiaddr('/ip6/::ffff:10.1.2.3/tcp/1'))).toBe('10.1.2.3')
+    expect(addressKey(multiaddr('/memory/x'))).toBeUndefined()
+    expect(addressKey(undefined)).toBeUndefined()
   })
 })

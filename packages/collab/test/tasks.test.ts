@@ -6,6 +6,7 @@
  */
 import { createInterconnect, createIdentity } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
+import { defaultLogger } from '@libp2p/logger'
 import { MemoryDatastore } from 'datastore-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { dhtRoutingTableSize } from '../../../test/harness/index.js'
@@ -483,7 +484,7 @@ describe('task state machine', () => {
 
     // a service starting on this datastore marks the task interrupted
     const noop = async (): Promise<void> => {}
-    const fakeIc = { node: { peerId: { toString: () => 'self' }, services: { messaging: { handle: noop, handleStream: noop, unhandle: noop } } }, agents: () => [] } as unknown as Interconnect
+    const fakeIc = { node: { peerId: { toString: () => 'self' }, logger: defaultLogger(), services: { messaging: { handle: noop, handleStream: noop, unhandle: noop } } }, agents: () => [] } as unknown as Interconnect
     const svc = createTaskService(fakeIc, { datastore: ds })
     await svc.start()
     const after = await store.get(agent, 'a:b.c')

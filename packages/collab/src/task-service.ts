@@ -23,10 +23,12 @@ import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
 import { TaskAdmission, addressKey } from './tasks/admission.js'
+import { TaskRetention } from './tasks/retention.js'
 import { SharedStream } from './tasks/shared-stream.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
 import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
+import type { Retained, TaskRetentionInit } from './tasks/retention.js'
 import type { TaskError, TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './tasks.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
@@ -180,6 +182,8 @@ export interface TaskServiceInit {
   /** Timeout of unary task requests (get, cancel, approve), ms @default 10_000 */
   requestTimeout?: number
   limits?: Partial<TaskLimits>
+  /** How long and how many finished tasks (and their idempotency keys) are kept (spec 9.1) */
+  retention?: TaskRetentionInit
 }
 
 export interface TaskService {
@@ -402,6 +406,8 @@ interface Live {
   release: () => void
   /** Runs while no stream follows the task */
   abandonTimer?: ReturnType<typeof setTimeout>
+  /** Until when the task's envelope could be replayed (kept at least that long) */
+  keepUntil: number
 }
 
 class HandlerContext implements SkillContext {
@@ -468,6 +474,7 @@ class DefaultTaskService implements TaskService {
   private readonly limits: TaskLimits
   private readonly admission: TaskAdmission
   private readonly abandonAfter: number
+  private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
@@ -514,6 +521,41 @@ class DefaultTaskService implements TaskService {
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
     this.log = ic.node.logger.forComponent('ioa:collab:tasks')
+    this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
+      this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
+    })
+  }
+
+  /** The retention entry of a task that is terminal now */
+  private retained (r: TaskRecord, keepUntil: number, settled?: Promise<void>): Retained {
+    return {
+      agent: r.agent,
+      id: r.snapshot.id,
+      owner: r.owner,
+      ...(r.idempotencyKey != null ? { idempotencyKey: r.idempotencyKey } : {}),
+      finishedAt: r.snapshot.updatedAt,
+      keepUntil,
+      ...(settled != null ? { settled } : {})
+    }
+  }
+
+  /** Until when an envelope accepted at `createdAt` could be replayed, when its expiry is not known */
+  private replayBound (createdAt: number): number {
+    return createdAt + this.replayWindow + 2 * this.clockSkew
+  }
+
+  /** Remove a finished task and its idempotency key (retention) */
+  private async forget (e: Retained): Promise<void> {
+    await e.settled
+    await this.locked(e.agent, async () => {
+      const key = DefaultTaskService.key(e.agent, e.id)
+      if (this.live.has(key)) return
+      this.recent.delete(key)
+      await this.store.delete(e.agent, e.id)
+      if (e.idempotencyKey != null && await this.store.getIdempotent(e.agent, e.owner, e.idempotencyKey) === e.id) {
+        await this.store.deleteIdempotent(e.agent, e.owner, e.idempotencyKey)
+      }
+    })
   }
 
   // ---- lifecycle -----------------------------------------------------
@@ -521,12 +563,16 @@ class DefaultTaskService implements TaskService {
   async start (): Promise<void> {
     this.starting ??= (async () => {
       // tasks left running by a previous process can never finish
+      const finished: Retained[] = []
       for await (const r of this.store.all()) {
         if (!isTerminal(r.snapshot.state)) {
           r.snapshot = transition(r.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor restarted' } })
           await this.store.put(r)
         }
+        finished.push(this.retained(r, this.replayBound(r.snapshot.createdAt)))
       }
+      this.retention.load(finished)
+      this.retention.start()
       const m = this.ic.node.services.messaging
       await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
@@ -551,6 +597,7 @@ class DefaultTaskService implements TaskService {
       this.finish(live, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor stopped' } })
     }
     await Promise.all(running.map(async l => l.writing))
+    await this.retention.stop()
   }
 
   async serve (agentDid: Did, skill: string, handler: SkillHandler, options: ServeOptions = {}): Promise<void> {
@@ -650,6 +697,7 @@ class DefaultTaskService implements TaskService {
     }
     const key = DefaultTaskService.key(live.record.agent, live.record.snapshot.id)
     this.live.delete(key)
+    this.retention.add(this.retained(live.record, live.keepUntil, live.writing))
     this.recent.set(key, live.record)
     while (this.recent.size > RECENT_TASKS) this.recent.delete(this.recent.keys().next().value as string)
   }
@@ -666,6 +714,7 @@ class DefaultTaskService implements TaskService {
       // not live here, so no handler runs it any more
       stored.snapshot = transition(stored.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor lost the task' } })
       await this.store.put(stored)
+      this.retention.add(this.retained(stored, this.replayBound(stored.snapshot.createdAt)))
     }
     return stored
   }
@@ -747,7 +796,8 @@ class DefaultTaskService implements TaskService {
         pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
         writing: Promise.resolve(),
         saveQueued: false,
-        release
+        release,
+        keepUntil: p.exp + this.clockSkew
       }
       if (sub != null) {
         this.attach(live, sub)

@@ -7,8 +7,8 @@
  */
 import { noise } from '@chainsafe/libp2p-noise'
 import { yamux } from '@chainsafe/libp2p-yamux'
-import { createIdentity, createInterconnect } from '@ioa/interconnect'
-import { createTransportNode, messaging } from '@ioa/transport'
+import { createIdentity } from '@ioa/interconnect'
+import { messaging } from '@ioa/transport'
 import { tcp } from '@libp2p/tcp'
 import { multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p } from 'libp2p'
@@ -19,12 +19,14 @@ import { createEnvelope } from '../src/envelope.js'
 import { fromRemote } from '../src/errors.js'
 import { TASK_PROTOCOL, createTaskService } from '../src/task-service.js'
 import { addressKey } from '../src/tasks/admission.js'
+import { resolvable, startTaskPair } from './task-pair.js'
 import type { Token } from '../src/delegation.js'
 import type { TaskEvent, TaskService } from '../src/task-service.js'
 import type { TaskSnapshot } from '../src/tasks.js'
 import type { HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
 import type { Messaging, TransportNode } from '@ioa/transport'
 import type { Libp2p } from '@libp2p/interface'
+import type { TCPSocketOptions } from '@libp2p/tcp'
 import type { Multiaddr } from '@multiformats/multiaddr'
 
 const LEASE = 300
@@ -38,7 +40,8 @@ type BareNode = Libp2p<{ messaging: Messaging }>
 /** A bare libp2p peer (no DHT, no interconnect) whose connections come from `localAddress` */
 async function bareNode (localAddress: string): Promise<BareNode> {
   return createLibp2p({
-    transports: [tcp({ dialOpts: { localAddress } })],
+    // dialOpts is spread into net.connect, whose localAddress its type does not list
+    transports: [tcp({ dialOpts: { localAddress } as TCPSocketOptions })],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     services: { messaging: messaging() }
@@ -75,13 +78,7 @@ describe('task fair share, abandoned tasks and idempotency over TCP', () => {
   const counted = { n: 0 }
 
   beforeAll(async () => {
-    executor = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
-    requester = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
-    closers.push(async () => executor.stop(), async () => requester.stop())
-    await requester.dial(executor.getMultiaddrs())
-    icE = await createInterconnect(executor, { requestTimeout: 3_000 })
-    icR = await createInterconnect(requester, { requestTimeout: 3_000 })
-    closers.push(async () => icE.stop(), async () => icR.stop())
+    ;({ executor, requester, icE, icR } = await startTaskPair(closers))
     worker = await icE.host({ key: 'worker', name: 'Worker', skills: [{ id: 'test.slow' }, { id: 'test.count' }] })
     bystander = await icR.host({ key: 'bystander', name: 'Bystander', skills: [{ id: 'test.none' }] })
     bystanderToken = (await delegate(bystander.identity, { audience: bystander.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 3_600_000 }))
@@ -99,7 +96,7 @@ describe('task fair share, abandoned tasks and idempotency over TCP', () => {
       return { n: counted.n }
     })
     target = executor.getMultiaddrs()
-    await until(async () => icR.resolve(worker.did, { cache: false, timeout: 3_000 }).then(r => r.peers.length > 0 ? r : undefined, () => undefined), { ...POLL, timeout: 30_000, what: 'resolve worker' })
+    await resolvable(icR, worker.did)
   })
 
   afterAll(async () => {

@@ -52,7 +52,7 @@ const MAX_QUEUED_EVENTS = 64
 /** Finished tasks kept in memory for fast `get` (the datastore has them all) */
 const RECENT_TASKS = 256
 
-/** Tasks whose executor peer the requester remembers */
+/** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
 
 /** Transport error codes after which a requester retries or resubscribes */
@@ -184,6 +184,14 @@ export interface TaskServiceInit {
   limits?: Partial<TaskLimits>
   /** How long and how many finished tasks (and their idempotency keys) are kept (spec 9.1) */
   retention?: TaskRetentionInit
+  /**
+   * Requester side: tasks whose executor peer is remembered for `get`,
+   * `cancel` and `resubscribe` (least recently used forgotten first; a
+   * forgotten one is looked up again)
+   *
+   * @default 4_096
+   */
+  maxRoutes?: number
 }
 
 export interface TaskService {
@@ -475,6 +483,7 @@ class DefaultTaskService implements TaskService {
   private readonly admission: TaskAdmission
   private readonly abandonAfter: number
   private readonly retention: TaskRetention
+  private readonly maxRoutes: number
   private readonly log: Logger
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
@@ -521,6 +530,8 @@ class DefaultTaskService implements TaskService {
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
     this.log = ic.node.logger.forComponent('ioa:collab:tasks')
+    this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
+    if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
       this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
     })
@@ -1015,7 +1026,7 @@ class DefaultTaskService implements TaskService {
     const key = DefaultTaskService.key(to, taskId)
     this.routes.delete(key)
     this.routes.set(key, peer)
-    while (this.routes.size > MAX_ROUTES) this.routes.delete(this.routes.keys().next().value as string)
+    while (this.routes.size > this.maxRoutes) this.routes.delete(this.routes.keys().next().value as string)
   }
 
   /** Peers to try for an agent: 'local' when it is served here */

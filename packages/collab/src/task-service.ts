@@ -202,7 +202,10 @@ export interface TaskService {
   /**
    * Ask `to` to run a task. Streams its events until it reaches a terminal
    * state, or until its lease lapses (a final `lapsed` event). Stopping the
-   * iteration stops listening; it does not cancel the task.
+   * iteration stops listening; it does not cancel the task at once, but an
+   * executor cancels a task that no stream follows for its `abandonAfter`
+   * (3 leases by default, `ABANDONED`): `resubscribe` before then to keep it.
+   * Concurrent submits with one idempotency key share one stream.
    */
   submit(from: Did | Identity, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined>
   /** `submit` until the end: the completed snapshot, or a typed error (its `task` holds the snapshot) */

@@ -259,6 +259,7 @@ describe('fair-share address key', () => {
     expect(addressKey(multiaddr('/ip6/::1/tcp/1'))).toBe('0:0:0:0::/64')
     expect(addressKey(multiaddr('/ip6/::ffff:10.1.2.3/tcp/1'))).toBe('10.1.2.3')
     expect(addressKey(multiaddr('/memory/x'))).toBeUndefined()
+    expect(addressKey(multiaddr('/ip4/10.0.0.1/tcp/1/p2p/12D3KooWGRUVh7xLrDGjDsdeYtjNZLNkU3GPAnqnKAQ3Y6kQdYGc/p2p-circuit'))).toBeUndefined()
     expect(addressKey(undefined)).toBeUndefined()
   })
 })

@@ -55,7 +55,10 @@ function ipv6Groups (ip: string): number[] | undefined {
  */
 export function addressKey (addr: { getComponents(): Array<{ name: string, value?: string }> } | undefined): string | undefined {
   if (addr == null) return undefined
-  for (const c of addr.getComponents()) {
+  const components = addr.getComponents()
+  // a relayed connection: the address is the relay's, not the peer's
+  if (components.some(c => c.name === 'p2p-circuit')) return undefined
+  for (const c of components) {
     if (c.name === 'ip4' && c.value != null) return c.value
     if (c.name === 'ip6' && c.value != null) {
       const g = ipv6Groups(c.value)

@@ -234,9 +234,9 @@ describe('task fair share, abandoned tasks and idempotency over TCP', () => {
       if (e.type === 'status' && e.task.state === 'working') { id = e.task.id; break }
     }
     expect(id).toBeDefined()
-    // back within the 3 leases, more than once
-    for (let i = 0; i < 3; i++) {
-      await delay(2 * LEASE)
+    // back within the 3 leases (abandonAfter), more than once: in all longer than 3 leases
+    for (let i = 0; i < 4; i++) {
+      await delay(LEASE)
       const events: TaskEvent[] = []
       for await (const e of tsR.resubscribe(worker.did, id as string)) {
         events.push(e)

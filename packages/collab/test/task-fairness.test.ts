@@ -19,6 +19,7 @@ import { createEnvelope } from '../src/envelope.js'
 import { fromRemote } from '../src/errors.js'
 import { TASK_PROTOCOL, createTaskService } from '../src/task-service.js'
 import { addressKey } from '../src/tasks/admission.js'
+import { SharedStream } from '../src/tasks/shared-stream.js'
 import { resolvable, startTaskPair } from './task-pair.js'
 import type { Token } from '../src/delegation.js'
 import type { TaskEvent, TaskService } from '../src/task-service.js'
@@ -261,5 +262,56 @@ describe('fair-share address key', () => {
     expect(addressKey(multiaddr('/memory/x'))).toBeUndefined()
     expect(addressKey(multiaddr('/ip4/10.0.0.1/tcp/1/p2p/12D3KooWGRUVh7xLrDGjDsdeYtjNZLNkU3GPAnqnKAQ3Y6kQdYGc/p2p-circuit'))).toBeUndefined()
     expect(addressKey(undefined)).toBeUndefined()
+  })
+})
+
+describe('one task stream read by several callers', () => {
+  it('gives a late reader the newest snapshot, a reader that does not keep up the final one, and stops the source with its last reader', async () => {
+    type E = { kind: 'status' | 'beat', n: number }
+    let stopped = false
+    let emit!: (e: E | null) => void
+    const source = async function * (signal: AbortSignal): AsyncGenerator<E> {
+      const queue: Array<E | null> = []
+      let wake: (() => void) | undefined
+      emit = (e) => { queue.push(e); wake?.() }
+      signal.addEventListener('abort', () => { stopped = true; wake?.() })
+      while (!signal.aborted) {
+        const e = queue.shift()
+        if (e === null) return
+        if (e != null) { yield e; continue }
+        await new Promise<void>(resolve => { wake = resolve })
+      }
+    }
+    const ended: string[] = []
+    const shared = new SharedStream<E>(source, e => e.kind === 'status', () => { ended.push('end') })
+    const first = shared.join()
+    const p1 = first.next()
+    await until(() => emit != null)
+    emit({ kind: 'status', n: 1 })
+    expect((await p1).value).toEqual({ kind: 'status', n: 1 })
+    emit({ kind: 'beat', n: 2 })
+    expect((await first.next()).value).toEqual({ kind: 'beat', n: 2 })
+    // a late reader starts from the newest snapshot
+    const late = shared.join()
+    expect((await late.next()).value).toEqual({ kind: 'status', n: 1 })
+    // the late reader stops reading while 100 events pass; the first reads them all
+    for (let i = 3; i < 103; i++) emit({ kind: i === 102 ? 'status' : 'beat', n: i })
+    for (let i = 3; i < 103; i++) expect((await first.next()).value?.n).toBe(i)
+    emit(null)
+    expect((await first.next()).done).toBe(true)
+    const rest: E[] = []
+    for await (const e of late) rest.push(e)
+    expect(rest.length).toBeLessThanOrEqual(66)
+    expect(rest.at(-1)).toEqual({ kind: 'status', n: 102 })
+    expect(ended).toEqual(['end'])
+    // the last reader leaving stops the source
+    const again = new SharedStream<E>(source, e => e.kind === 'status', () => {})
+    const only = again.join()
+    const next = only.next()
+    await until(() => !stopped && emit != null)
+    emit({ kind: 'status', n: 1 })
+    await next
+    await only.return(undefined)
+    await until(() => stopped)
   })
 })

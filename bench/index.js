@@ -26,6 +26,7 @@ import { discoveryGroup, hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'
 import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
+import { soakGroup } from './soak.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -71,6 +72,9 @@ const USAGE = `Usage: node --import ./scripts/polyfill.js bench/index.js [option
   --rtt-count <n>   sequential requests timed per RTT measurement
   --depth <n>       requests in flight for throughput
   --duration <ms>   length of each throughput measurement
+  --soak-seconds <n>  soak group: length of the run (default 75; --quick 20)
+  --soak-rate <n>   soak group: tasks started per second (default 50)
+  --soak-keep-all   soak group: no retention limit (to see the growth it stops)
   -h, --help        this text`
 
 function parseOptions (argv) {
@@ -84,6 +88,9 @@ function parseOptions (argv) {
       'rtt-count': { type: 'string' },
       depth: { type: 'string' },
       duration: { type: 'string' },
+      'soak-seconds': { type: 'string' },
+      'soak-rate': { type: 'string' },
+      'soak-keep-all': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false }
     },
     strict: true
@@ -99,7 +106,11 @@ function parseOptions (argv) {
   if (values['rtt-count'] != null) profile.rttCount = positive('rtt-count', values['rtt-count'])
   if (values.depth != null) profile.depth = positive('depth', values.depth)
   if (values.duration != null) profile.throughputMs = positive('duration', values.duration)
+  const soak = { keepAll: values['soak-keep-all'] }
+  if (values['soak-seconds'] != null) soak.seconds = positive('soak-seconds', values['soak-seconds'])
+  if (values['soak-rate'] != null) soak.rate = positive('soak-rate', values['soak-rate'])
   return {
+    soak,
     quick: values.quick,
     json: values.json,
     help: values.help,
@@ -472,7 +483,9 @@ const GROUPS = [
   replayGroup,
   orchestrationGroup,
   dagGroup,
-  nodeGroup
+  nodeGroup,
+  // only when asked for (`--group soak`): it runs for over a minute
+  soakGroup
 ]
 
 // ---------------------------------------------------------------------------
@@ -593,7 +606,7 @@ async function main () {
     return
   }
 
-  const selected = options.groups == null ? GROUPS : GROUPS.filter(g => options.groups.includes(g.name))
+  const selected = options.groups == null ? GROUPS.filter(g => g !== soakGroup) : GROUPS.filter(g => options.groups.includes(g.name))
   if (selected.length === 0) {
     console.error(`No such group: ${options.groups.join(', ')} (groups: ${GROUPS.map(g => g.name).join(', ')})`)
     process.exitCode = 2
@@ -619,7 +632,7 @@ async function main () {
     for (const group of selected) {
       const started = performance.now()
       const progress = (msg) => { process.stderr.write(`[${group.name}] ${msg}\n`) }
-      const rows = await group.run({ profile, quick: options.quick, paths: options.paths, progress })
+      const rows = await group.run({ profile, quick: options.quick, paths: options.paths, soak: options.soak, progress })
       progress(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`)
       results.push({ group, rows })
       if (options.json) {

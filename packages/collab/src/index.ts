@@ -57,6 +57,7 @@ export {
 export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskRecord } from './tasks.js'
 export { createTaskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './task-service.js'
 export type { TaskService, TaskServiceInit, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './task-service.js'
+export type { TaskRetentionInit } from './tasks/retention.js'
 export { createTaskGateway, TaskProtocolInUseError } from './task-gateway.js'
 export type { TaskGateway, TaskGatewayInit, TaskGatewayStats, RelayEvent } from './task-gateway.js'
 export { createOrchestrator, subtaskId, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestrator.js'

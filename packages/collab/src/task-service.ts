@@ -22,11 +22,16 @@ import { allOf, evaluatePolicy, verifyApproval } from './policy.js'
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
+import { TaskAdmission, addressKey } from './tasks/admission.js'
+import { TaskRetention } from './tasks/retention.js'
+import { SharedStream } from './tasks/shared-stream.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
 import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
+import type { Retained, TaskRetentionInit } from './tasks/retention.js'
 import type { TaskError, TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './tasks.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
+import type { Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 /** The task protocol id */
@@ -47,7 +52,7 @@ const MAX_QUEUED_EVENTS = 64
 /** Finished tasks kept in memory for fast `get` (the datastore has them all) */
 const RECENT_TASKS = 256
 
-/** Tasks whose executor peer the requester remembers */
+/** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
 
 /** Transport error codes after which a requester retries or resubscribes */
@@ -146,6 +151,13 @@ export interface TaskServiceInit {
   policy?: Policy
   /** Heartbeat interval of the executor; a requester reports a lapse after 3× this without news @default 1_000 */
   leaseInterval?: number
+  /**
+   * A non-terminal task that no stream (submit or resubscribe) follows for
+   * this long is canceled with `ABANDONED`, in ms (spec 7.1)
+   *
+   * @default 3 × leaseInterval
+   */
+  abandonAfter?: number
   /** Replay cache (or its options) for received envelopes */
   replayCache?: ReplayCache | ReplayCacheInit
   /**
@@ -170,6 +182,16 @@ export interface TaskServiceInit {
   /** Timeout of unary task requests (get, cancel, approve), ms @default 10_000 */
   requestTimeout?: number
   limits?: Partial<TaskLimits>
+  /** How long and how many finished tasks (and their idempotency keys) are kept (spec 9.1) */
+  retention?: TaskRetentionInit
+  /**
+   * Requester side: tasks whose executor peer is remembered for `get`,
+   * `cancel` and `resubscribe` (least recently used forgotten first; a
+   * forgotten one is looked up again)
+   *
+   * @default 4_096
+   */
+  maxRoutes?: number
 }
 
 export interface TaskService {
@@ -180,7 +202,10 @@ export interface TaskService {
   /**
    * Ask `to` to run a task. Streams its events until it reaches a terminal
    * state, or until its lease lapses (a final `lapsed` event). Stopping the
-   * iteration stops listening; it does not cancel the task.
+   * iteration stops listening; it does not cancel the task at once, but an
+   * executor cancels a task that no stream follows for its `abandonAfter`
+   * (3 leases by default, `ABANDONED`): `resubscribe` before then to keep it.
+   * Concurrent submits with one idempotency key share one stream.
    */
   submit(from: Did | Identity, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined>
   /** `submit` until the end: the completed snapshot, or a typed error (its `task` holds the snapshot) */
@@ -388,6 +413,12 @@ interface Live {
   pending?: { input: unknown, chain: VerifiedChain, capability: Capability, proofs: Token[], served: Served, budget?: number }
   writing: Promise<void>
   saveQueued: boolean
+  /** Gives the task's fair-share slots back (once) */
+  release: () => void
+  /** Runs while no stream follows the task */
+  abandonTimer?: ReturnType<typeof setTimeout>
+  /** Until when the task's envelope could be replayed (kept at least that long) */
+  keepUntil: number
 }
 
 class HandlerContext implements SkillContext {
@@ -452,11 +483,18 @@ class DefaultTaskService implements TaskService {
   private readonly approvalTimeout: number
   private readonly requestTimeout: number
   private readonly limits: TaskLimits
+  private readonly admission: TaskAdmission
+  private readonly abandonAfter: number
+  private readonly retention: TaskRetention
+  private readonly maxRoutes: number
+  private readonly log: Logger
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
   private readonly routes = new Map<string, string>()
   private readonly locks = new Map<string, Promise<unknown>>()
+  /** Submits in flight by (sender, agent, idempotency key) */
+  private readonly joins = new Map<string, SharedStream<TaskEvent>>()
   private starting?: Promise<void>
   private started = false
 
@@ -486,6 +524,52 @@ class DefaultTaskService implements TaskService {
     this.approvalTimeout = init.approvalTimeout ?? 600_000
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = { ...DEFAULT_TASK_LIMITS, ...init.limits }
+    this.admission = new TaskAdmission({
+      maxActiveTasks: this.limits.maxActiveTasks,
+      maxActiveTasksPerPeer: this.limits.maxActiveTasksPerPeer,
+      maxActiveTasksPerCaller: this.limits.maxActiveTasksPerCaller,
+      maxActiveTasksPerAddress: this.limits.maxActiveTasksPerAddress
+    })
+    this.abandonAfter = init.abandonAfter ?? 3 * this.lease
+    if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
+    this.log = ic.node.logger.forComponent('ioa:collab:tasks')
+    this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
+    if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
+    this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
+      this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
+    })
+  }
+
+  /** The retention entry of a task that is terminal now */
+  private retained (r: TaskRecord, keepUntil: number, settled?: Promise<void>): Retained {
+    return {
+      agent: r.agent,
+      id: r.snapshot.id,
+      owner: r.owner,
+      ...(r.idempotencyKey != null ? { idempotencyKey: r.idempotencyKey } : {}),
+      finishedAt: r.snapshot.updatedAt,
+      keepUntil,
+      ...(settled != null ? { settled } : {})
+    }
+  }
+
+  /** Until when an envelope accepted at `createdAt` could be replayed, when its expiry is not known */
+  private replayBound (createdAt: number): number {
+    return createdAt + this.replayWindow + 2 * this.clockSkew
+  }
+
+  /** Remove a finished task and its idempotency key (retention) */
+  private async forget (e: Retained): Promise<void> {
+    await e.settled
+    await this.locked(e.agent, async () => {
+      const key = DefaultTaskService.key(e.agent, e.id)
+      if (this.live.has(key)) return
+      this.recent.delete(key)
+      await this.store.delete(e.agent, e.id)
+      if (e.idempotencyKey != null && await this.store.getIdempotent(e.agent, e.owner, e.idempotencyKey) === e.id) {
+        await this.store.deleteIdempotent(e.agent, e.owner, e.idempotencyKey)
+      }
+    })
   }
 
   // ---- lifecycle -----------------------------------------------------
@@ -493,14 +577,18 @@ class DefaultTaskService implements TaskService {
   async start (): Promise<void> {
     this.starting ??= (async () => {
       // tasks left running by a previous process can never finish
+      const finished: Retained[] = []
       for await (const r of this.store.all()) {
         if (!isTerminal(r.snapshot.state)) {
           r.snapshot = transition(r.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor restarted' } })
           await this.store.put(r)
         }
+        finished.push(this.retained(r, this.replayBound(r.snapshot.createdAt)))
       }
+      this.retention.load(finished)
+      this.retention.start()
       const m = this.ic.node.services.messaging
-      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal))
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
@@ -523,6 +611,7 @@ class DefaultTaskService implements TaskService {
       this.finish(live, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor stopped' } })
     }
     await Promise.all(running.map(async l => l.writing))
+    await this.retention.stop()
   }
 
   async serve (agentDid: Did, skill: string, handler: SkillHandler, options: ServeOptions = {}): Promise<void> {
@@ -585,11 +674,31 @@ class DefaultTaskService implements TaskService {
     this.emit(live, { type: 'status', task: live.record.snapshot })
   }
 
+  private attach (live: Live, sub: Subscriber): void {
+    live.subscribers.add(sub)
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = undefined
+  }
+
+  /** A stream stopped following the task: with none left, it is abandoned unless one comes back in time */
+  private detach (live: Live, sub: Subscriber): void {
+    if (!live.subscribers.delete(sub) || live.subscribers.size > 0 || isTerminal(live.record.snapshot.state)) return
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = setTimeout(() => {
+      if (live.subscribers.size > 0) return
+      this.log('task %s of %s abandoned: no stream for %d ms', live.record.snapshot.id, live.record.owner, this.abandonAfter)
+      this.finish(live, 'canceled', { error: { code: 'ABANDONED', message: `No stream followed the task for ${this.abandonAfter} ms` } })
+    }, this.abandonAfter)
+    live.abandonTimer.unref?.()
+  }
+
   /** Move a task to a terminal state once; later calls do nothing */
   private finish (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
     if (isTerminal(live.record.snapshot.state)) return
     clearTimeout(live.deadlineTimer)
     clearTimeout(live.approvalTimer)
+    clearTimeout(live.abandonTimer)
+    live.release()
     live.pending = undefined
     this.setState(live, to, patch)
     if (!live.controller.signal.aborted) {
@@ -602,6 +711,7 @@ class DefaultTaskService implements TaskService {
     }
     const key = DefaultTaskService.key(live.record.agent, live.record.snapshot.id)
     this.live.delete(key)
+    this.retention.add(this.retained(live.record, live.keepUntil, live.writing))
     this.recent.set(key, live.record)
     while (this.recent.size > RECENT_TASKS) this.recent.delete(this.recent.keys().next().value as string)
   }
@@ -618,6 +728,7 @@ class DefaultTaskService implements TaskService {
       // not live here, so no handler runs it any more
       stored.snapshot = transition(stored.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor lost the task' } })
       await this.store.put(stored)
+      this.retention.add(this.retained(stored, this.replayBound(stored.snapshot.createdAt)))
     }
     return stored
   }
@@ -629,7 +740,7 @@ class DefaultTaskService implements TaskService {
    * task gets `sub` attached before anything runs, so its stream shows every
    * state from `submitted` on.
    */
-  private async accept (payload: unknown, peer: string, sub?: Subscriber): Promise<Live | TaskRecord> {
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string): Promise<Live | TaskRecord> {
     const { checked, rawBody } = checkSubmit(payload)
     const envelope: Envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
@@ -663,7 +774,13 @@ class DefaultTaskService implements TaskService {
       }
       const now = Date.now()
       if (body.deadline != null && body.deadline <= now) throw new DeadlineExceededError('The deadline has already passed')
-      if (this.live.size >= this.limits.maxActiveTasks) throw new TooManyRequestsError(`More than ${this.limits.maxActiveTasks} active tasks`)
+      let release: () => void
+      try {
+        release = this.admission.admit({ caller: p.from, ...(peer !== this.selfPeer() ? { peer } : {}), ...(address != null ? { address } : {}) })
+      } catch (err: any) {
+        this.log('refused task %s of %s from %s (%s): %s', p.task, p.from, peer, address ?? 'no address', err?.message)
+        throw err
+      }
       const deadline = Math.min(body.deadline ?? Infinity, now + this.limits.maxTaskDuration)
       const snapshot: TaskSnapshot = cleanSnapshot({
         id: p.task,
@@ -693,10 +810,12 @@ class DefaultTaskService implements TaskService {
         subscribers: new Set(),
         pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
         writing: Promise.resolve(),
-        saveQueued: false
+        saveQueued: false,
+        release,
+        keepUntil: p.exp + this.clockSkew
       }
       if (sub != null) {
-        live.subscribers.add(sub)
+        this.attach(live, sub)
         sub.push({ type: 'status', task: snapshot })
       }
       const key = DefaultTaskService.key(p.to, p.task)
@@ -710,6 +829,7 @@ class DefaultTaskService implements TaskService {
         if (body.idempotencyKey != null) await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
       } catch (err) {
         this.live.delete(key)
+        release()
         throw err
       }
       live.deadlineTimer = setTimeout(() => {
@@ -800,7 +920,7 @@ class DefaultTaskService implements TaskService {
         throw new TooManyRequestsError(`More than ${this.limits.maxSubscribers} streams follow task ${live.record.snapshot.id}`)
       }
       sub = new Subscriber()
-      live.subscribers.add(sub)
+      this.attach(live, sub)
     }
     try {
       if (attached == null) {
@@ -818,18 +938,18 @@ class DefaultTaskService implements TaskService {
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {
-      live.subscribers.delete(sub)
+      this.detach(live, sub)
     }
   }
 
-  private async * onSubmit (payload: unknown, peer: string, signal: AbortSignal): AsyncGenerator<TaskEvent> {
+  private async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
     const sub = new Subscriber()
-    const task = await this.accept(payload, peer, sub)
+    const task = await this.accept(payload, peer, sub, address)
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
       yield * this.follow(task, signal, attached ? sub : undefined)
     } finally {
-      if ('record' in task) task.subscribers.delete(sub)
+      if ('record' in task) this.detach(task, sub)
     }
   }
 
@@ -910,7 +1030,7 @@ class DefaultTaskService implements TaskService {
     const key = DefaultTaskService.key(to, taskId)
     this.routes.delete(key)
     this.routes.set(key, peer)
-    while (this.routes.size > MAX_ROUTES) this.routes.delete(this.routes.keys().next().value as string)
+    while (this.routes.size > this.maxRoutes) this.routes.delete(this.routes.keys().next().value as string)
   }
 
   /** Peers to try for an agent: 'local' when it is served here */
@@ -1023,7 +1143,23 @@ class DefaultTaskService implements TaskService {
       })
       return this.openStream(peer, 'submit', { envelope, body }, signal)
     }
-    yield * this.watch(to, taskId, open, options.signal)
+    if (request.idempotencyKey == null) {
+      yield * this.watch(to, taskId, open, options.signal)
+      return
+    }
+    // concurrent submits with one key follow one stream (checked and set before any await)
+    const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
+    let shared = this.joins.get(key)
+    if (shared == null) {
+      const created = new SharedStream<TaskEvent>(
+        signal => this.watch(to, taskId, open, signal),
+        e => e.type === 'status' || e.type === 'artifact',
+        () => { if (this.joins.get(key) === created) this.joins.delete(key) }
+      )
+      this.joins.set(key, created)
+      shared = created
+    }
+    yield * shared.join(options.signal)
   }
 
   async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {

@@ -129,8 +129,14 @@ export interface TaskLimits {
   maxArtifactBytes: number
   /** Largest encoded result, in bytes */
   maxResultBytes: number
-  /** Non-terminal tasks an executor holds at once */
+  /** Non-terminal tasks an executor holds at once @default 1_024 */
   maxActiveTasks: number
+  /** Non-terminal tasks submitted by one peer (fair share, spec 11.1) @default 64 */
+  maxActiveTasksPerPeer: number
+  /** Non-terminal tasks of one caller agent, the envelope's `from` (fair share) @default 64 */
+  maxActiveTasksPerCaller: number
+  /** Non-terminal tasks submitted from one remote IPv4 address or IPv6 /64 (fair share) @default 256 */
+  maxActiveTasksPerAddress: number
   /** Streams (submit/resubscribe) following one task at once */
   maxSubscribers: number
   /** Longest a task may run, in ms (caps every deadline) */
@@ -145,7 +151,10 @@ export const DEFAULT_TASK_LIMITS: Readonly<TaskLimits> = Object.freeze({
   maxArtifactBytes: 32_768,
   maxResultBytes: 262_144,
   maxActiveTasks: 1_024,
-  maxSubscribers: 8,
+  maxActiveTasksPerPeer: 64,
+  maxActiveTasksPerCaller: 64,
+  maxActiveTasksPerAddress: 256,
+  maxSubscribers: 32,
   maxTaskDuration: 3_600_000
 })
 

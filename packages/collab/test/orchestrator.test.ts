@@ -57,7 +57,8 @@ async function startPeer (bootstrap: TransportNode[], datastore: Datastore = new
   for (const b of bootstrap) await node.dial(b.getMultiaddrs())
   if (bootstrap.length > 0) await until(() => routingTableSize(node) >= 1 ? true : undefined, 20_000, 'routing table')
   const ic = await createInterconnect(node, { requestTimeout: 3_000, datastore })
-  const ts = createTaskService(ic, { leaseInterval: LEASE, datastore })
+  // an orchestrator that crashed re-attaches to its running tasks after its restart, which takes longer than the 3 leases after which an executor cancels a task nobody follows
+  const ts = createTaskService(ic, { leaseInterval: LEASE, datastore, abandonAfter: 60_000 })
   return { node, ic, ts, datastore }
 }
 

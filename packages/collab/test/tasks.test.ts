@@ -16,6 +16,7 @@ import { fromRemote } from '../src/errors.js'
 import { approvalPolicy, constraintPolicy, createApproval } from '../src/policy.js'
 import { TASK_PROTOCOL, createTaskService } from '../src/task-service.js'
 import { InvalidTransitionError, TERMINAL_STATES, TRANSITIONS, TaskStore, canTransition, transition } from '../src/tasks.js'
+import { offlineInterconnect } from './task-pair.js'
 import type { Token } from '../src/delegation.js'
 import type { TaskEvent, TaskService } from '../src/task-service.js'
 import type { TaskRecord, TaskSnapshot, TaskState } from '../src/tasks.js'
@@ -482,9 +483,7 @@ describe('task state machine', () => {
     expect(await store.get(agent, 'missing')).toBeUndefined()
 
     // a service starting on this datastore marks the task interrupted
-    const noop = async (): Promise<void> => {}
-    const fakeIc = { node: { peerId: { toString: () => 'self' }, services: { messaging: { handle: noop, handleStream: noop, unhandle: noop } } }, agents: () => [] } as unknown as Interconnect
-    const svc = createTaskService(fakeIc, { datastore: ds })
+    const svc = createTaskService(offlineInterconnect(), { datastore: ds })
     await svc.start()
     const after = await store.get(agent, 'a:b.c')
     expect(after?.snapshot.state).toBe('failed')

@@ -64,8 +64,29 @@ const TasksConfig = z.object({
   /** Longest delegation chain @default 8 */
   maxDepth: z.number().int().min(1).max(32).optional(),
   /** Clock skew tolerated on token and envelope times, ms @default 30_000 */
-  clockSkew: z.number().int().min(0).max(600_000).optional()
-}).strict()
+  clockSkew: z.number().int().min(0).max(600_000).optional(),
+  /**
+   * A task that no stream (submit or resubscribe) follows for this long is
+   * canceled with ABANDONED, ms; at least `leaseInterval` @default 3 × leaseInterval
+   */
+  abandonAfter: z.number().int().min(50).max(86_400_000).optional(),
+  /** Active (non-terminal) tasks one remote peer may have here at once (fair share) @default 64 */
+  maxActiveTasksPerPeer: z.number().int().min(1).max(1_000_000).optional(),
+  /** Active tasks of one caller agent (the envelope's sender) at once @default 64 */
+  maxActiveTasksPerCaller: z.number().int().min(1).max(1_000_000).optional(),
+  /** Active tasks submitted from one remote IPv4 address or IPv6 /64 at once @default 256 */
+  maxActiveTasksPerAddress: z.number().int().min(1).max(1_000_000).optional(),
+  /** How long and how many finished tasks (and their idempotency keys) are kept */
+  retention: z.object({
+    /** Longest a finished task is kept after it ended, ms @default 86_400_000 */
+    maxAge: z.number().int().min(1).max(31_536_000_000).optional(),
+    /** Most finished tasks kept; the oldest are removed first @default 10_000 */
+    maxTasks: z.number().int().min(1).max(100_000_000).optional()
+  }).strict().optional()
+}).strict().refine(t => t.abandonAfter == null || t.abandonAfter >= (t.leaseInterval ?? 1_000), {
+  message: 'abandonAfter must be at least leaseInterval (1,000 ms unless set)',
+  path: ['abandonAfter']
+})
 
 const GatewayConfig = z.object({
   /** The domain whose agents this gateway exports @default the node's domain */
@@ -122,7 +143,7 @@ export const NodeConfigSchema = z.object({
   }).strict().optional(),
   /** DHT provider-record lifetime in ms @default 600_000 */
   providerTtl: z.number().int().min(1000).optional(),
-  /** Task service: leases, trusted roots, constraint enforcement */
+  /** Task service: leases, trusted roots, constraint enforcement, fair share, abandonment, retention */
   tasks: TasksConfig.optional(),
   /**
    * This node is inside a domain network, reachable from outside only through

@@ -8,12 +8,12 @@ import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
 import { openKeyStore } from './keystore.js'
-import type { NodeConfig } from './config.js'
+import type { NodeConfig, TasksConfig } from './config.js'
 import type { DomainKeyOptions } from './domain-key.js'
 import type { EncryptedKeyStore, KeyStoreInit, KeyStoreStatus } from './keystore.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
-  RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
+  RevocationServiceInit, RevocationStoreInit, TaskService, TaskLimits, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
@@ -555,6 +555,9 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       roots: c.tasks?.roots,
       maxDepth: c.tasks?.maxDepth,
       clockSkew: c.tasks?.clockSkew,
+      abandonAfter: c.tasks?.abandonAfter,
+      ...(c.tasks != null ? taskLimitsOf(c.tasks) : {}),
+      ...(c.tasks?.retention != null ? { retention: c.tasks.retention } : {}),
       ...(c.tasks?.enforceConstraints === true ? { policy: constraintPolicy() } : {})
     },
     ...(c.gateway != null
@@ -572,4 +575,13 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
         }
       : {})
   }
+}
+
+/** The fair-share limits a config sets (unset ones keep the service's defaults) */
+function taskLimitsOf (t: TasksConfig): Pick<TaskServiceInit, 'limits'> {
+  const limits: Partial<TaskLimits> = {}
+  if (t.maxActiveTasksPerPeer != null) limits.maxActiveTasksPerPeer = t.maxActiveTasksPerPeer
+  if (t.maxActiveTasksPerCaller != null) limits.maxActiveTasksPerCaller = t.maxActiveTasksPerCaller
+  if (t.maxActiveTasksPerAddress != null) limits.maxActiveTasksPerAddress = t.maxActiveTasksPerAddress
+  return Object.keys(limits).length > 0 ? { limits } : {}
 }

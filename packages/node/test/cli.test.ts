@@ -83,6 +83,9 @@ beforeAll(async () => {
   await writeFile(config, JSON.stringify({
     domain: 'demo.example',
     limits: { allow: LOOPBACK }, // dozens of client processes on 127.0.0.1 dial this node
+    // a task nobody follows is canceled ABANDONED after 3 leases (3 s): the --follow test
+    // leaves one unfollowed between two client processes, which can take longer under load
+    tasks: { abandonAfter: 60_000 },
     agents: [{ key: 'echo', name: 'Echo agent', module: ECHO_AGENT, skills: [{ id: 'demo.echo', tags: ['test'] }, { id: 'demo.wait' }] }]
   }))
   node = spawn(process.execPath, [BIN, 'start', '--json', '--config', config], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })

@@ -42,6 +42,29 @@ describe('config', () => {
     expect(configError(() => parseConfig([])).code).toBe('INVALID_CONFIG')
   })
 
+  it('passes the task limits, abandonment and retention to the task service, and names a bad one', () => {
+    const init = initFromConfig(parseConfig({
+      tasks: { abandonAfter: 60_000, maxActiveTasksPerPeer: 2, maxActiveTasksPerCaller: 3, maxActiveTasksPerAddress: 4, retention: { maxAge: 3_600_000, maxTasks: 50 } }
+    }))
+    expect(init.tasks).toMatchObject({
+      abandonAfter: 60_000,
+      limits: { maxActiveTasksPerPeer: 2, maxActiveTasksPerCaller: 3, maxActiveTasksPerAddress: 4 },
+      retention: { maxAge: 3_600_000, maxTasks: 50 }
+    })
+    // unset limits keep the service's defaults (no undefined overrides)
+    expect(initFromConfig(parseConfig({ tasks: {} })).tasks?.limits).toBeUndefined()
+
+    const bad = configError(() => parseConfig({ tasks: { abandonAfter: 'soon' } }))
+    expect(bad.code).toBe('INVALID_CONFIG')
+    expect(bad.field).toBe('tasks.abandonAfter')
+    // abandonment shorter than a lease would cancel tasks that are followed
+    expect(configError(() => parseConfig({ tasks: { leaseInterval: 2_000, abandonAfter: 1_500 } })).field).toBe('tasks.abandonAfter')
+    expect(configError(() => parseConfig({ tasks: { maxActiveTasksPerPeer: 0 } })).field).toBe('tasks.maxActiveTasksPerPeer')
+    expect(configError(() => parseConfig({ tasks: { maxActiveTasksPerAddress: 1.5 } })).field).toBe('tasks.maxActiveTasksPerAddress')
+    expect(configError(() => parseConfig({ tasks: { retention: { maxTasks: -1 } } })).field).toBe('tasks.retention.maxTasks')
+    expect(configError(() => parseConfig({ tasks: { retention: { maxAgeMs: 1 } } })).message).toMatch(/unknown field "maxAgeMs"/)
+  })
+
   it('loads a file, resolves dataDir next to it, and reports unreadable or broken files', async () => {
     const dir = await tempDir()
     const file = join(dir, 'node.json')
@@ -105,6 +128,57 @@ describe('IoaNode over TCP', () => {
     expect(node.transport.peerId.toString()).toBe(peer)
     expect(again.did).toBe(first.did)
   }, 60_000)
+})
+
+describe('task limits from a config, over TCP', () => {
+  it('maxActiveTasksPerPeer: 1 refuses a second concurrent task from one peer with TOO_MANY_REQUESTS', async () => {
+    const a = await createIoaNode(initFromConfig(parseConfig({ domain: 'hotels.example', tasks: { maxActiveTasksPerPeer: 1 } })))
+    nodes.push(a)
+    const b = await createIoaNode({ domain: 'cars.example', bootstrap: [a.addresses()[0]] })
+    nodes.push(b)
+    const hotel = await a.host({
+      key: 'hotel',
+      name: 'Slow Hotel',
+      skills: [{ id: 'travel.hotel.booking' }],
+      handlers: {
+        // runs until canceled
+        'travel.hotel.booking': async (_input, ctx) => await new Promise((_resolve, reject) => { ctx.signal.addEventListener('abort', () => { reject(ctx.signal.reason) }, { once: true }) })
+      }
+    })
+    // two caller agents on one peer: the per-caller limit (64) is not what refuses
+    const car = await b.host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.assistant' }] })
+    const van = await b.host({ key: 'van', name: 'Van', skills: [{ id: 'vehicle.assistant' }] })
+    const user = await createIdentity()
+    const { delegate } = await import('@ioa/collab')
+    const grant = async (audience: string): Promise<any> => delegate(user, { audience, capabilities: [{ skill: 'travel.*' }], expiresAt: Date.now() + 60_000 })
+    await until(async () => b.interconnect.resolve(hotel.did, { cache: false, timeout: 5_000 }).catch(() => undefined), { timeout: 20_000, what: 'hotel resolvable' })
+
+    const first = b.submit(car, hotel.did, { skill: 'travel.hotel.booking', input: 1, proofs: [await grant(car.did)] })
+    let id: string | undefined
+    for await (const e of first) {
+      if (e.type === 'status' && e.task.state === 'working') { id = e.task.id; break }
+    }
+    expect(id).toBeDefined()
+    // the first stream stopped; the task still runs (abandoned only after 3 leases): resubscribe keeps it
+    const following = b.tasks.resubscribe(hotel.did, id!)
+    const seen = await following.next()
+    expect(seen.value).toMatchObject({ task: { state: 'working' } })
+
+    const refused = await rejectionOf(b.tasks.submitAndWait(van.identity, hotel.did, { skill: 'travel.hotel.booking', input: 2, proofs: [await grant(van.did)], deadline: Date.now() + 10_000 }))
+    expect(refused.code).toBe('TOO_MANY_REQUESTS')
+    expect(refused.message).toMatch(/active tasks from peer/)
+
+    // once the first ends, the peer may submit again
+    await b.tasks.cancel(hotel.did, id!)
+    await following.return(undefined)
+    const again = b.submit(van, hotel.did, { skill: 'travel.hotel.booking', input: 3, proofs: [await grant(van.did)] })
+    let second: string | undefined
+    for await (const e of again) {
+      if (e.type === 'status' && e.task.state === 'working') { second = e.task.id; break }
+    }
+    expect(second).toBeDefined()
+    await b.tasks.cancel(hotel.did, second!)
+  }, 90_000)
 })
 
 describe('custom layers', () => {

@@ -839,7 +839,15 @@ class DefaultOrchestrator implements Orchestrator {
       const skill = exact?.id ?? a.skills.find(s => run.chain == null || capabilityFor(run.chain, s.id) != null)?.id
       if (skill == null) continue
       const score = this.ranker != null
-        ? this.ranker.score({ card: a.card, skills: a.skills, ...(a.latency != null ? { latency: a.latency } : {}), alive: a.alive, local: a.local }, query, now)
+        ? this.ranker.score({
+          card: a.card,
+          skills: a.skills,
+          ...(a.latency != null ? { latency: a.latency } : {}),
+          alive: a.alive,
+          local: a.local,
+          // the agent's record with this node, as the interconnect's own ranking sees it
+          ...(a.history != null ? { history: a.history } : {})
+        }, query, now)
         : a.score
       out.push({ did: a.card.id, skill, score })
     }

@@ -23,6 +23,7 @@ import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTaskState, isTerminal, transition
 } from './tasks.js'
 import { TaskAdmission, addressKey } from './tasks/admission.js'
+import { finishedOutcome, unansweredOutcome } from './tasks/feedback.js'
 import { TaskRetention } from './tasks/retention.js'
 import { SharedStream } from './tasks/shared-stream.js'
 import type { Capability, Token, VerifiedChain } from './delegation.js'
@@ -30,7 +31,7 @@ import type { CheckedEnvelope, Envelope, ReplayCacheInit } from './envelope.js'
 import type { Approval, Policy } from './policy.js'
 import type { Retained, TaskRetentionInit } from './tasks/retention.js'
 import type { TaskError, TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './tasks.js'
-import type { Did, Identity, Interconnect } from '@ioa/interconnect'
+import type { Did, Identity, Interconnect, Outcome } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
@@ -1186,6 +1187,8 @@ class DefaultTaskService implements TaskService {
     let candidates = await this.peersOf(to, submit == null ? taskId : undefined, outer)
     let index = 0
     let resolvedFresh = false
+    /** this stream saw the task before it ended (a resubscribe to a task already finished reports nothing) */
+    let witnessed = submit != null
 
     while (true) {
       outer?.throwIfAborted()
@@ -1227,9 +1230,12 @@ class DefaultTaskService implements TaskService {
           const announced = event.type === 'heartbeat' ? event.lease : event.type === 'lapsed' ? undefined : event.task.lease
           if (typeof announced === 'number' && Number.isFinite(announced)) lease = Math.min(MAX_LEASE, Math.max(MIN_LEASE, announced))
           if (target !== 'local') this.remember(to, taskId, target)
+          const finished = lastState != null && isTerminal(lastState) && event.type !== 'heartbeat'
+          if (finished && witnessed && event.type !== 'lapsed') this.observe(to, taskId, finishedOutcome(event.task.state, event.task.error?.code))
+          if (!finished) witnessed = true
           yield event
           waitingSince = Date.now()
-          if (lastState != null && isTerminal(lastState) && event.type !== 'heartbeat') return
+          if (finished) return
         }
       } catch (err) {
         failure = err
@@ -1240,7 +1246,10 @@ class DefaultTaskService implements TaskService {
       }
       if (outer?.aborted === true) throw outer.reason
       const err = fromRemote(failure) as { code?: string } | undefined
-      if (!lapsed && !TRANSIENT.has(err?.code ?? '') && !(failure instanceof StreamClosedError)) throw err
+      if (!lapsed && !TRANSIENT.has(err?.code ?? '') && !(failure instanceof StreamClosedError)) {
+        this.observe(to, taskId, unansweredOutcome(err?.code))
+        throw err
+      }
       if (!received) {
         index++
         if (index >= candidates.length && !resolvedFresh && submit != null && candidates[0] !== 'local') {
@@ -1250,6 +1259,7 @@ class DefaultTaskService implements TaskService {
           index = 0
         }
         if (index >= candidates.length) {
+          this.observe(to, taskId, lapsed ? { ok: false } : unansweredOutcome(err?.code))
           if (lapsed) throw new LeaseLapsedError(`No answer from ${to} for task ${taskId}`, { taskId })
           throw err
         }
@@ -1257,6 +1267,7 @@ class DefaultTaskService implements TaskService {
       }
       const left = waitingSince + 3 * lease - Date.now()
       if (lapsed || left <= 0) {
+        this.observe(to, taskId, { ok: false })
         yield {
           type: 'lapsed',
           taskId,
@@ -1269,6 +1280,13 @@ class DefaultTaskService implements TaskService {
       // resubscribe after a short pause, within the lease
       await sleep(Math.min(Math.max(MIN_LEASE, lease / 2), left), outer)
     }
+  }
+
+  /** Feed what a task showed of a remote agent to the interconnect's ranking (spec/interconnect.md 7.1) */
+  private observe (to: Did, taskId: string, outcome: Outcome | undefined): void {
+    if (outcome == null) return
+    if (!outcome.ok) this.log('task %s of %s counts as a failure of the agent for ranking', taskId, to)
+    this.ic.observe(to, outcome)
   }
 
   async submitAndWait (from: Did | Identity, to: Did, request: TaskRequest, options: SubmitOptions & { onEvent?: (event: TaskEvent) => void } = {}): Promise<TaskSnapshot> {

@@ -6,10 +6,11 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
+import { hostAt } from '../../../test/signed-at.js'
 import { until } from '../../../test/util.js'
-import { capabilityCid, capabilityPrefixes, createGateway, createIdentity, createInterconnect, signCard, CARD_PROTOCOL } from '../src/index.js'
+import { capabilityCid, createGateway, createIdentity, createInterconnect, signCard, CARD_PROTOCOL } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
-import type { HostAgentInit, HostedAgent, Interconnect, InterconnectInit, SignedCard } from '../src/index.js'
+import type { HostedAgent, Interconnect, InterconnectInit, SignedCard } from '../src/index.js'
 
 let net: Network | undefined
 const extra: Array<{ stop(): Promise<void> }> = []
@@ -30,27 +31,6 @@ async function network (size: number, init: (i: number) => InterconnectInit = ()
   const ics = await Promise.all(net.nodes.map(async (n, i) => createInterconnect(n, { domain: 'test.example', requestTimeout: 5_000, ...init(i) })))
   for (const ic of ics) extra.push(ic)
   return { net, ics }
-}
-
-/**
- * Host an agent whose card is signed as if the clock read `offset` ms from
- * now (an old card, or one from the future), then announce it. The
- * interconnect must not publish by itself (`publish: false`), so the clock
- * is moved only while the card is signed, not while the DHT is written.
- */
-async function hostAt (ic: Interconnect, offset: number, init: HostAgentInit): Promise<HostedAgent> {
-  const realNow = Date.now.bind(Date)
-  const spy = vi.spyOn(Date, 'now').mockImplementation(() => realNow() + offset)
-  let agent: HostedAgent
-  try {
-    agent = await ic.host(init)
-  } finally {
-    spy.mockRestore()
-  }
-  const names = new Set(init.skills.flatMap(s => capabilityPrefixes(s.id)))
-  for (const name of names) await ic.announce(name)
-  await ic.announceAgent(agent.did)
-  return agent
 }
 
 describe('cards under attack over TCP', () => {

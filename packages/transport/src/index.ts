@@ -26,7 +26,7 @@ export type { CodedErrorClass } from './errors.js'
 export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
-  TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
+  TooManyRequestsError, MalformedFrameError, MalformedLengthError, ResourceExhaustedError, CanceledError, StreamClosedError, NotStartedError,
   InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
   ErrorFamily,
   CodedError

@@ -363,8 +363,8 @@ describe('messaging lifecycle', () => {
     for await (const _ of client.services.messaging.stream(server.getMultiaddrs()[0], PROTO, 'tick')) { /* drain */ }
     await client.stop()
     await server.stop()
-    expect(client.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
-    expect(server.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
+    expect(client.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0, bufferedBytes: 0, peerEntries: 0 })
+    expect(server.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0, bufferedBytes: 0, peerEntries: 0 })
     await expectErrorName(client.services.messaging.request(server.getMultiaddrs()[0] ?? server.peerId, PROTO, 'echo', 1), 'NotStartedError')
   })
 

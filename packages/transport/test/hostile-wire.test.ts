@@ -5,9 +5,9 @@
  * stream-level error promptly, holds no more than its budgets, and keeps
  * answering a bystander.
  */
-import { lpStream } from '@libp2p/utils'
 import { afterEach, describe, expect, it } from 'vitest'
-import { createTransportNode, decodeFrame, encodeFramePrefixed, FrameType } from '../src/index.js'
+import { createTransportNode, encodeFramePrefixed, FrameType } from '../src/index.js'
+import { readAll } from './raw-stream.js'
 import { fromHex, until } from '../../../test/util.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
 import type { Stream } from '@libp2p/interface'
@@ -30,20 +30,6 @@ async function serve (init: MessagingInit = {}): Promise<TransportNode> {
   await server.services.messaging.handle(PROTO, 'echo', (p) => p)
   await server.services.messaging.handle(PROTO, 'sink', () => null)
   return server
-}
-
-/** Read frames from a raw stream until it ends or `timeout` passes */
-async function readAll (stream: Stream, timeout: number): Promise<{ frames: Frame[], ended: boolean }> {
-  const lp = lpStream(stream)
-  const frames: Frame[] = []
-  const signal = AbortSignal.timeout(timeout)
-  try {
-    while (true) {
-      frames.push(decodeFrame(await lp.read({ signal })))
-    }
-  } catch (err: any) {
-    return { frames, ended: err.name !== 'AbortError' && err.name !== 'TimeoutError' }
-  }
 }
 
 async function stillServes (server: TransportNode, other: TransportNode): Promise<void> {

@@ -4,6 +4,7 @@ import * as varint from 'uint8-varint'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, decodeFrame, encodeFrame, FrameType, RemoteError } from '../src/index.js'
 import { delay, expectErrorName, until } from '../../../test/util.js'
+import { readAll } from './raw-stream.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
 
 const PROTO = '/ioa/test/1.0.0'
@@ -245,20 +246,6 @@ describe('messaging against bad input (TCP)', () => {
     const bystander = await makeNode('tcp')
     await server.services.messaging.handle(PROTO, 'echo', (p) => p)
     return { server, attacker, bystander }
-  }
-
-  /** Read frames from a raw stream until it ends */
-  async function readAll (stream: Awaited<ReturnType<TransportNode['dialProtocol']>>, timeout = 5_000): Promise<{ frames: Frame[], ended: boolean }> {
-    const lp = lpStream(stream)
-    const frames: Frame[] = []
-    const signal = AbortSignal.timeout(timeout)
-    try {
-      while (true) {
-        frames.push(decodeFrame(await lp.read({ signal })))
-      }
-    } catch (err: any) {
-      return { frames, ended: err.name !== 'AbortError' && err.name !== 'TimeoutError' }
-    }
   }
 
   async function stillServes (server: TransportNode, other: TransportNode): Promise<void> {

@@ -32,9 +32,16 @@ const TAG_CID = 42
 /** `p`, the envelope key whose value may be anything */
 const PAYLOAD_KEY_0 = 0x61
 const PAYLOAD_KEY_1 = 0x70
+/** `i`, the request id */
+const ID_KEY_1 = 0x69
 
-function fail (message: string): never {
-  throw new MalformedFrameError(`Frame is not canonical DAG-CBOR: ${message}`)
+/** Rules whose violation leaves the rest of the body readable: refused for the call only, once its id is known */
+const CALL_SCOPE = Symbol('call scope')
+
+function fail (message: string, callScope = false): never {
+  const err = new MalformedFrameError(`Frame is not canonical DAG-CBOR: ${message}`)
+  if (callScope) (err as unknown as Record<symbol, boolean>)[CALL_SCOPE] = true
+  throw err
 }
 
 /** Length-first, then bytewise comparison of two encoded keys */
@@ -67,9 +74,24 @@ function keyText (buf: Uint8Array, start: number, end: number): string {
 }
 
 /**
- * Check a frame body; throws `MalformedFrameError` when it breaks a rule
+ * Check a frame body; throws `MalformedFrameError` when it breaks a rule.
+ * When the envelope's `i` (which sorts before `m`, `n`, `p` and `t`) was
+ * read as an integer above 0 before the problem, the error carries it as
+ * `frameId`, so that only that call is refused.
  */
 export function scanBody (buf: Uint8Array, limits: ScanLimits): ScanResult {
+  const seen = { id: 0 }
+  try {
+    return walk(buf, limits, seen)
+  } catch (err: any) {
+    if (seen.id > 0 && err instanceof MalformedFrameError && (err as unknown as Record<symbol, boolean>)[CALL_SCOPE]) {
+      ;(err as MalformedFrameError & { frameId?: number }).frameId = seen.id
+    }
+    throw err
+  }
+}
+
+function walk (buf: Uint8Array, limits: ScanLimits, seen: { id: number }): ScanResult {
   const len = buf.length
   // open containers, innermost last: items still to read, whether it is a map,
   // and for maps where the previous key starts and ends
@@ -85,10 +107,12 @@ export function scanBody (buf: Uint8Array, limits: ScanLimits): ScanResult {
   let floatKey = -1
   let floatKeyEnd = -1
   let keyStart = -1
+  /** in the top-level map, the value being read is `i` */
+  let idValue = false
 
   while (true) {
     if (pos >= len) fail('truncated')
-    if (++items > limits.maxItems) fail(`more than ${limits.maxItems} items`)
+    if (++items > limits.maxItems) fail(`more than ${limits.maxItems} items`, true)
 
     const depth = remaining.length
     const top = depth - 1
@@ -132,6 +156,8 @@ export function scanBody (buf: Uint8Array, limits: ScanLimits): ScanResult {
     let opens = 0
     switch (major) {
       case 0:
+        if (depth === 1 && !isKey && idValue && arg <= Number.MAX_SAFE_INTEGER) seen.id = arg
+        break
       case 1:
         break
       case 2:
@@ -158,23 +184,26 @@ export function scanBody (buf: Uint8Array, limits: ScanLimits): ScanResult {
             floatKeyEnd = prevKeyEnd[top]
           }
         } else if (info === 25 || info === 26) {
-          fail(`float of ${info === 25 ? 16 : 32} bits`)
+          fail(`float of ${info === 25 ? 16 : 32} bits`, true)
         } else if (info === 23) {
-          fail('undefined')
+          fail('undefined', true)
         } else if (info !== 20 && info !== 21 && info !== 22) {
-          fail(`simple value ${info < 24 ? info : arg}`)
+          fail(`simple value ${info < 24 ? info : arg}`, true)
         }
         break
     }
 
     if (isKey) {
-      if (prevKeyEnd[top] >= 0 && compareKeys(buf, prevKeyStart[top], prevKeyEnd[top], pos, end) >= 0) {
-        fail('map keys out of order or repeated')
+      if (prevKeyEnd[top] >= 0) {
+        const order = compareKeys(buf, prevKeyStart[top], prevKeyEnd[top], pos, end)
+        if (order === 0) fail('repeated map key')
+        if (order > 0) fail('map keys out of order', true)
       }
       prevKeyStart[top] = pos
       prevKeyEnd[top] = end
       if (depth === 1) {
         keyStart = pos
+        idValue = end - pos === 2 && buf[pos] === PAYLOAD_KEY_0 && buf[pos + 1] === ID_KEY_1
         envelopeValue = !(end - pos === 2 && buf[pos] === PAYLOAD_KEY_0 && buf[pos + 1] === PAYLOAD_KEY_1)
       }
     }
@@ -183,7 +212,7 @@ export function scanBody (buf: Uint8Array, limits: ScanLimits): ScanResult {
 
     if (opens > 0) {
       if (opens > len - pos) fail('truncated')
-      if (depth >= limits.maxDepth) fail(`nested deeper than ${limits.maxDepth}`)
+      if (depth >= limits.maxDepth) fail(`nested deeper than ${limits.maxDepth}`, true)
       remaining.push(opens)
       total.push(opens)
       isMap.push(major === 5)

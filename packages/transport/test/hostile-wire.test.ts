@@ -5,8 +5,9 @@
  * stream-level error promptly, holds no more than its budgets, and keeps
  * answering a bystander.
  */
+import { lpStream } from '@libp2p/utils'
 import { afterEach, describe, expect, it } from 'vitest'
-import { createTransportNode, encodeFramePrefixed, FrameType } from '../src/index.js'
+import { createTransportNode, decodeFrame, encodeFramePrefixed, FrameType } from '../src/index.js'
 import { readAll } from './raw-stream.js'
 import { fromHex, until } from '../../../test/util.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
@@ -67,13 +68,25 @@ describe('non-canonical CBOR on the wire (TCP)', () => {
     { name: 'undefined', hex: '0aa36169016170f7617403' },
     { name: 'a float16', hex: '0ca36169016170f93e00617403' },
     { name: 'unsorted map keys', hex: '10a36169016170a2616201616102617403' }
-  ])('refuses $name with a stream-level MALFORMED_FRAME', async ({ hex }) => {
+  ])('refuses $name with MALFORMED_FRAME for that call, and the stream still serves', async ({ hex }) => {
     const server = await serve()
     const attacker = await makeNode()
     const stream = await attacker.dialProtocol(server.getMultiaddrs()[0], PROTO)
+    const lp = lpStream(stream)
     stream.send(fromHex(hex))
-    const { frames } = await readAll(stream, PROMPT)
+    expect(decodeFrame(await lp.read({ signal: AbortSignal.timeout(PROMPT) }))).toMatchObject({ type: FrameType.ERROR, id: 1, code: 'MALFORMED_FRAME' })
+    stream.send(encodeFramePrefixed({ type: FrameType.REQUEST, id: 2, method: 'echo', payload: 'fine' }))
+    expect(decodeFrame(await lp.read({ signal: AbortSignal.timeout(PROMPT) }))).toEqual({ type: FrameType.RESPONSE, id: 2, payload: 'fine' })
+  })
+
+  it('refuses envelope keys out of order with a stream-level MALFORMED_FRAME', async () => {
+    const server = await serve()
+    const attacker = await makeNode()
+    const stream = await attacker.dialProtocol(server.getMultiaddrs()[0], PROTO)
+    stream.send(fromHex('07a2617405616901'))
+    const { frames, ended } = await readAll(stream, PROMPT)
     expect(frames).toEqual([expect.objectContaining({ type: FrameType.ERROR, id: 0, code: 'MALFORMED_FRAME' })])
+    expect(ended).toBe(true)
   })
 })
 
@@ -149,10 +162,12 @@ describe('decode floods (TCP)', () => {
     const server = await serve()
     const attacker = await makeNode()
     const stream = await attacker.dialProtocol(server.getMultiaddrs()[0], PROTO)
+    const lp = lpStream(stream)
     stream.send(intFrame(1, 1_000_000))
-    const { frames } = await readAll(stream, PROMPT)
-    expect(frames).toEqual([expect.objectContaining({ type: FrameType.ERROR, id: 0, code: 'MALFORMED_FRAME' })])
-    expect((frames[0] as { message: string }).message).toMatch(/more than 131072 items/)
+    const reply = decodeFrame(await lp.read({ signal: AbortSignal.timeout(PROMPT) }))
+    expect(reply).toMatchObject({ type: FrameType.ERROR, id: 1, code: 'MALFORMED_FRAME' })
+    expect((reply as { message: string }).message).toMatch(/more than 131072 items/)
+    expect(server.services.messaging.stats().activeHandlers).toBe(0)
   })
 
   it('charges decoding to the flooding peer: it gets TOO_MANY_REQUESTS, a bystander keeps its answers', async () => {

@@ -101,6 +101,7 @@ export class FramedStream {
         } catch (err: any) {
           const id = err?.frameId
           if (typeof id === 'number' && id > 0) {
+            this.init.log('refusing frame for call %d - %s', id, err.message)
             this.init.onBadFrame(err, id)
             continue
           }

@@ -23,6 +23,8 @@ export type {
 } from './messaging.js'
 export { encodeFrame, encodeFramePrefixed, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
 export type { CodedErrorClass } from './errors.js'
+export type { BufferStats } from './buffer-budget.js'
+export type { PeerBudgetInit } from './peer-budgets.js'
 export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,

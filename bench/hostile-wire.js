@@ -8,8 +8,8 @@
  * 1. partial frames: 8 attacker peers x 4 protocols x 8 streams each leave a
  *    frame of 1 MiB one byte short of complete (256 streams); the node's RSS
  *    and accounted buffered bytes before, during and after.
- * 2. decode flood: one peer sends 1 MiB frames of one-byte integers as fast
- *    as it can (opening a new stream whenever one is closed) while a bystander
+ * 2. decode floods: one peer (in a third process) sends frames of one-byte
+ *    integers, 1 MiB ones and then ~131 KB ones, as fast as it can (opening a new stream whenever one is closed) while a bystander
  *    sends one echo request after another; the bystander's latency.
  */
 import { fork } from 'node:child_process'
@@ -42,11 +42,11 @@ async function server () {
 }
 
 /** Flood `addr` with 1 MiB frames of one-byte integers until told to stop */
-async function flooder (addr) {
+async function flooder (addr, count) {
   const { multiaddr } = await import('@multiformats/multiaddr')
   const target = multiaddr(addr)
   const node = await createTransportNode(init)
-  const frame = encodeFramePrefixed({ type: FrameType.REQUEST, id: 1, method: 'sink', payload: new Array(1_048_000).fill(1) })
+  const frame = encodeFramePrefixed({ type: FrameType.REQUEST, id: 1, method: 'sink', payload: new Array(count).fill(1) })
   let flooding = true
   let streamsOpened = 0
   const codes = new Map()
@@ -146,20 +146,23 @@ async function main () {
       samples.sort((a, b) => a - b)
       return { n: samples.length, failed, p50: percentile(samples, 50), p95: percentile(samples, 95), max: samples.at(-1) }
     }
-    const quiet = await latency(2_000)
-    process.stderr.write(`quiet: ${JSON.stringify(quiet)}\n`)
-    const flooderProcess = fork(fileURLToPath(import.meta.url), ['--flooder', addr], { execArgv: ['--import', './scripts/polyfill.js'] })
-    await once(flooderProcess, 'message')
-    await new Promise(resolve => setTimeout(resolve, 500))
-    const loaded = await latency(10_000)
-    flooderProcess.send('stop')
-    const [flood] = await once(flooderProcess, 'message')
     const fmt = (l) => `n=${l.n} failed=${l.failed} p50=${l.p50?.toFixed(2)} ms p95=${l.p95?.toFixed(2)} ms max=${l.max?.toFixed(1)} ms`
-    console.log('decode flood: 1 MiB frames of one-byte integers from one peer')
-    console.log(`  bystander quiet:       ${fmt(quiet)}`)
-    console.log(`  bystander under flood: ${fmt(loaded)}`)
-    console.log(`  flooder (own process): ${flood.streamsOpened} streams opened; answers seen: ${JSON.stringify(flood.codes)}`)
-    console.log(`  server RSS after the flood: ${mib((await stats()).rss)}`)
+    const quiet = await latency(2_000)
+    console.log(`bystander quiet: ${fmt(quiet)}`)
+    // 1 MiB of one-byte integers (over the item limit), then 131,000 of them
+    // in ~131 KB frames (within it: every frame is decoded unless charged)
+    for (const count of [1_048_000, 131_000]) {
+      const flooderProcess = fork(fileURLToPath(import.meta.url), ['--flooder', addr, String(count)], { execArgv: ['--import', './scripts/polyfill.js'] })
+      await once(flooderProcess, 'message')
+      await new Promise(resolve => setTimeout(resolve, 500))
+      const loaded = await latency(10_000)
+      flooderProcess.send('stop')
+      const [flood] = await once(flooderProcess, 'message')
+      console.log(`decode flood: frames of ${count} one-byte integers from one peer`)
+      console.log(`  bystander under flood: ${fmt(loaded)}`)
+      console.log(`  flooder (own process): ${flood.streamsOpened} streams opened; answers seen: ${JSON.stringify(flood.codes)}`)
+      console.log(`  server RSS after the flood: ${mib((await stats()).rss)}`)
+    }
   } finally {
     await Promise.all(nodes.map(n => n.stop()))
     child.send('stop')
@@ -169,7 +172,8 @@ async function main () {
 if (process.argv.includes('--server')) {
   server()
 } else if (process.argv.includes('--flooder')) {
-  flooder(process.argv[process.argv.indexOf('--flooder') + 1])
+  const at = process.argv.indexOf('--flooder')
+  flooder(process.argv[at + 1], Number(process.argv[at + 2]))
 } else {
   main().catch((err) => { console.error(err); process.exitCode = 1 })
 }

@@ -30,8 +30,8 @@ export interface FramedStreamInit {
   /** Counts the bytes this stream holds in a partial frame against the remote's budgets */
   account: BufferAccount
   /**
-   * Charge decoding work to the remote: `cost` bytes of a frame about to be
-   * scanned, then a cost for its items before it is decoded. Returns the
+   * Charge decoding work to the remote: a frame's length plus a cost per
+   * item, after its pre-decode scan and before it is decoded. Returns the
    * error to close the stream with when the remote's budget is spent.
    */
   charge(cost: number): MessagingError | undefined
@@ -49,6 +49,9 @@ export class FramedStream {
   private readonly init: FramedStreamInit
   private readonly decodeOptions: DecodeFrameOptions
   private closed = false
+  /** length of the frame being decoded, for its decode charge */
+  private frameBytes = 0
+  private charged = false
 
   constructor (stream: Stream, init: FramedStreamInit) {
     this.stream = stream
@@ -57,7 +60,8 @@ export class FramedStream {
     this.decodeOptions = {
       ...init.scan,
       beforeDecode: (items) => {
-        const err = init.charge(items * ITEM_COST)
+        this.charged = true
+        const err = init.charge(this.frameBytes + items * ITEM_COST)
         if (err != null) throw err
       }
     }
@@ -91,14 +95,17 @@ export class FramedStream {
         if (bytes == null) {
           break
         }
-        const spent = this.init.charge(bytes.byteLength)
-        if (spent != null) {
-          throw spent
-        }
+        this.frameBytes = bytes.byteLength
+        this.charged = false
         let frame: Frame
         try {
           frame = decodeFrame(bytes, this.decodeOptions)
         } catch (err: any) {
+          // a frame refused by the scan still cost its scan
+          const spent = this.charged ? undefined : this.init.charge(this.frameBytes)
+          if (spent != null) {
+            throw spent
+          }
           const id = err?.frameId
           if (typeof id === 'number' && id > 0) {
             this.init.log('refusing frame for call %d - %s', id, err.message)

@@ -170,6 +170,24 @@ describe('decode floods (TCP)', () => {
     expect(server.services.messaging.stats().activeHandlers).toBe(0)
   })
 
+  it('charges frames the scan refuses too: a flood of them ends in TOO_MANY_REQUESTS', async () => {
+    const server = await serve({ maxFrameSize: 256 * 1024, maxFrameItems: 1000, decodeBytesPerPeer: 256 * 1024 + 16 * 1000 })
+    const flooder = await makeNode()
+    const stream = await flooder.dialProtocol(server.getMultiaddrs()[0], PROTO)
+    const reading = readAll(stream, 30_000)
+    // ~200 KB each, refused for that call (more than 1000 items) but charged
+    for (let id = 1; id <= 10; id++) {
+      if (stream.status !== 'open') break
+      if (!stream.send(intFrame(id, 200_000))) await stream.onDrain().catch(() => {})
+    }
+    const { frames, ended } = await reading
+    expect(ended).toBe(true)
+    const refused = frames.filter(f => f.type === FrameType.ERROR && f.id > 0)
+    expect(refused.length).toBeGreaterThanOrEqual(1)
+    expect(refused.length).toBeLessThanOrEqual(2)
+    expect(frames.at(-1)).toMatchObject({ type: FrameType.ERROR, id: 0, code: 'TOO_MANY_REQUESTS' })
+  })
+
   it('charges decoding to the flooding peer: it gets TOO_MANY_REQUESTS, a bystander keeps its answers', async () => {
     // the smallest budget allowed: one largest frame (64 KiB + 16 x 131072)
     const server = await serve({ decodeBytesPerPeer: 64 * 1024 + 16 * 131_072, maxFrameSize: 64 * 1024 })

@@ -4,7 +4,9 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import * as varint from 'uint8-varint'
+import { scanBody } from './cbor-scan.js'
 import { MalformedFrameError } from './errors.js'
+import type { ScanLimits } from './cbor-scan.js'
 import type { Uint8ArrayList } from 'uint8arraylist'
 
 export const FrameType = {
@@ -64,6 +66,17 @@ export const METHOD_PATTERN = /^[A-Za-z0-9._/-]{1,64}$/
 export const MAX_ID = Number.MAX_SAFE_INTEGER
 
 const MAX_ERROR_MESSAGE = 1024
+
+/** Item and nesting limits a body is checked against before it is decoded */
+export const DEFAULT_SCAN_LIMITS: Readonly<ScanLimits> = Object.freeze({ maxItems: 131_072, maxDepth: 128 })
+
+export interface DecodeFrameOptions extends ScanLimits {
+  /**
+   * Called with the body's item count after the scan and before decoding;
+   * throwing stops the decoding (used to charge decode cost to the peer)
+   */
+  beforeDecode?(items: number): void
+}
 const ERROR_CODE = /^[A-Z][A-Z0-9_]{0,63}$/
 
 const ALLOWED_KEYS: Record<number, ReadonlySet<string>> = {
@@ -185,12 +198,15 @@ function isUint (v: unknown, max = MAX_ID): v is number {
 
 /**
  * Decode and validate a frame body. Throws `MalformedFrameError` on anything
- * that does not follow the envelope rules. When the request id could be read
+ * that does not follow the envelope rules, or has more items or nesting than
+ * `limits` allow (checked before anything is decoded). When the request id could be read
  * it is attached to the error as `frameId` so that the receiver can answer
  * that request with an error.
  */
-export function decodeFrame (bytes: Uint8Array | Uint8ArrayList): Frame {
+export function decodeFrame (bytes: Uint8Array | Uint8ArrayList, options: DecodeFrameOptions = DEFAULT_SCAN_LIMITS): Frame {
   const buf = bytes instanceof Uint8Array ? bytes : bytes.subarray()
+  const scan = scanBody(buf, options)
+  options.beforeDecode?.(scan.items)
   let m: unknown
   try {
     m = dagCbor.decode(buf)
@@ -206,7 +222,7 @@ export function decodeFrame (bytes: Uint8Array | Uint8ArrayList): Frame {
   const t = f.t
   const id = f.i
 
-  if (!isUint(id)) {
+  if (!isUint(id) || scan.floatField === 'i') {
     throw new MalformedFrameError('Frame id must be an unsigned integer')
   }
 
@@ -214,6 +230,10 @@ export function decodeFrame (bytes: Uint8Array | Uint8ArrayList): Frame {
     const err = new MalformedFrameError(msg)
     ;(err as MalformedFrameError & { frameId?: number }).frameId = id
     throw err
+  }
+
+  if (scan.floatField != null) {
+    return fail(`Field "${scan.floatField}" is a float`)
   }
 
   if (typeof t !== 'number' || ALLOWED_KEYS[t] == null) {

@@ -84,6 +84,29 @@ export class MalformedFrameError extends MessagingError {
   }
 }
 
+/** A length prefix does not decode: over 9 bytes, or not in shortest form */
+export class MalformedLengthError extends MessagingError {
+  static override name = 'MalformedLengthError'
+  static code = 'MALFORMED_LENGTH'
+  constructor (message = 'Malformed length prefix', options?: ErrorOptions) {
+    super(MalformedLengthError.code, message, options)
+    this.name = MalformedLengthError.name
+  }
+}
+
+/**
+ * A peer (or its address, or all peers together) holds more buffered bytes
+ * of partial frames than the receiver allows
+ */
+export class ResourceExhaustedError extends MessagingError {
+  static override name = 'ResourceExhaustedError'
+  static code = 'RESOURCE_EXHAUSTED'
+  constructor (message = 'Resource exhausted', options?: ErrorOptions) {
+    super(ResourceExhaustedError.code, message, options)
+    this.name = ResourceExhaustedError.name
+  }
+}
+
 /** The request was canceled, by the caller's signal or a CANCEL frame */
 export class CanceledError extends MessagingError {
   static override name = 'CanceledError'
@@ -166,6 +189,8 @@ const BY_CODE: Record<string, ErrorCtor> = {
   [HandlerError.code]: HandlerError,
   [TooManyRequestsError.code]: TooManyRequestsError,
   [MalformedFrameError.code]: MalformedFrameError,
+  [MalformedLengthError.code]: MalformedLengthError,
+  [ResourceExhaustedError.code]: ResourceExhaustedError,
   [CanceledError.code]: CanceledError,
   [StreamClosedError.code]: StreamClosedError,
   [InvalidArgumentError.code]: InvalidArgumentError

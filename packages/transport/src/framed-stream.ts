@@ -3,27 +3,21 @@
  * directions. Shared by the requesting side (outbound channel) and the
  * answering side (inbound session).
  */
-import { LengthPrefixedDecoder } from '@libp2p/utils'
 import * as varint from 'uint8-varint'
 import { decodeFrame, encodeFramePrefixed } from './codec.js'
-import { MalformedFrameError, PayloadTooLargeError, StreamClosedError } from './errors.js'
-import type { Frame } from './codec.js'
+import { MalformedFrameError, MessagingError, PayloadTooLargeError, StreamClosedError } from './errors.js'
+import { FrameReader } from './length-prefix.js'
+import type { BufferAccount } from './buffer-budget.js'
+import type { ScanLimits } from './cbor-scan.js'
+import type { DecodeFrameOptions, Frame } from './codec.js'
 import type { Logger, Stream } from '@libp2p/interface'
 import type { Uint8ArrayList } from 'uint8arraylist'
 
 /**
- * The decoder asks for a length after every chunk, usually of an empty buffer;
- * answer "need more bytes" with one shared RangeError instead of building a
- * new error (and stack trace) each time
+ * Decode cost of one data item, in bytes: decoding a frame costs its length
+ * plus this much per item (`spec/transport.md` section 11)
  */
-const NEED_MORE = new RangeError('need more bytes')
-
-function decodeLength (buf: Uint8ArrayList | Uint8Array): number {
-  if (buf.byteLength === 0) {
-    throw NEED_MORE
-  }
-  return varint.decode(buf)
-}
+export const ITEM_COST = 16
 
 /** How long a graceful close may take before the stream is reset */
 const CLOSE_TIMEOUT = 5_000
@@ -31,6 +25,16 @@ const CLOSE_TIMEOUT = 5_000
 export interface FramedStreamInit {
   maxFrameSize: number
   log: Logger
+  /** Item and nesting limits of one frame body */
+  scan: ScanLimits
+  /** Counts the bytes this stream holds in a partial frame against the remote's budgets */
+  account: BufferAccount
+  /**
+   * Charge decoding work to the remote: a frame's length plus a cost per
+   * item, after its pre-decode scan and before it is decoded. Returns the
+   * error to close the stream with when the remote's budget is spent.
+   */
+  charge(cost: number): MessagingError | undefined
   /** Called for every well-formed frame */
   onFrame(frame: Frame): void
   /** Called for a frame that parsed far enough to read its id but broke a rule */
@@ -41,19 +45,26 @@ export interface FramedStreamInit {
 
 export class FramedStream {
   readonly stream: Stream
-  private readonly decoder: LengthPrefixedDecoder
+  private readonly reader: FrameReader
   private readonly init: FramedStreamInit
+  private readonly decodeOptions: DecodeFrameOptions
   private closed = false
+  /** length of the frame being decoded, for its decode charge */
+  private frameBytes = 0
+  private charged = false
 
   constructor (stream: Stream, init: FramedStreamInit) {
     this.stream = stream
     this.init = init
-    this.decoder = new LengthPrefixedDecoder({
-      maxDataLength: init.maxFrameSize,
-      lengthDecoder: decodeLength,
-      // a partial frame plus one muxer chunk
-      maxBufferSize: init.maxFrameSize + 1_048_576
-    })
+    this.reader = new FrameReader(init.maxFrameSize)
+    this.decodeOptions = {
+      ...init.scan,
+      beforeDecode: (items) => {
+        this.charged = true
+        const err = init.charge(this.frameBytes + items * ITEM_COST)
+        if (err != null) throw err
+      }
+    }
 
     stream.addEventListener('message', (evt) => {
       this.onData(evt.data)
@@ -77,16 +88,27 @@ export class FramedStream {
       return
     }
 
-    let frames: Generator<Uint8ArrayList>
     try {
-      frames = this.decoder.decode(data)
-      for (const bytes of frames) {
+      this.reader.push(data)
+      while (true) {
+        const bytes = this.reader.next()
+        if (bytes == null) {
+          break
+        }
+        this.frameBytes = bytes.byteLength
+        this.charged = false
         let frame: Frame
         try {
-          frame = decodeFrame(bytes)
+          frame = decodeFrame(bytes, this.decodeOptions)
         } catch (err: any) {
+          // a frame refused by the scan still cost its scan
+          const spent = this.charged ? undefined : this.init.charge(this.frameBytes)
+          if (spent != null) {
+            throw spent
+          }
           const id = err?.frameId
           if (typeof id === 'number' && id > 0) {
+            this.init.log('refusing frame for call %d - %s', id, err.message)
             this.init.onBadFrame(err, id)
             continue
           }
@@ -97,12 +119,16 @@ export class FramedStream {
           return
         }
       }
+      // what is left is one partial frame: it counts against the budgets
+      const over = this.init.account.set(this.reader.buffered)
+      if (over != null) {
+        throw over
+      }
     } catch (err: any) {
-      // framing is lost: tell the peer why (best effort) and drop the stream
-      const wireErr = err?.name === 'InvalidMessageLengthError' || err?.name === 'InvalidParametersError'
-        ? new PayloadTooLargeError(`Frame larger than ${this.init.maxFrameSize} bytes`)
-        : err instanceof MalformedFrameError ? err : new MalformedFrameError(String(err?.message ?? err))
-      this.init.log('closing stream after bad input - %s', wireErr.message)
+      // framing is lost or the peer is over a budget: tell it why (best
+      // effort), let go of its bytes and drop the stream
+      const wireErr = err instanceof MessagingError ? err : new MalformedFrameError(String(err?.message ?? err))
+      this.init.log('closing stream after bad input - %s: %s', wireErr.code, wireErr.message)
       this.sendFrameNow({ type: 6, id: 0, code: wireErr.code, message: wireErr.message })
       this.close()
       this.finish(wireErr)
@@ -206,6 +232,8 @@ export class FramedStream {
       return
     }
     this.closed = true
+    this.reader.clear()
+    this.init.account.release()
     this.init.onClose(err)
   }
 }

@@ -23,10 +23,12 @@ export type {
 } from './messaging.js'
 export { encodeFrame, encodeFramePrefixed, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
 export type { CodedErrorClass } from './errors.js'
+export type { BufferStats } from './buffer-budget.js'
+export type { PeerBudgetInit } from './peer-budgets.js'
 export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
-  TooManyRequestsError, MalformedFrameError, CanceledError, StreamClosedError, NotStartedError,
+  TooManyRequestsError, MalformedFrameError, MalformedLengthError, ResourceExhaustedError, CanceledError, StreamClosedError, NotStartedError,
   InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
   ErrorFamily,
   CodedError

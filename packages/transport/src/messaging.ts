@@ -10,13 +10,17 @@ import {
   StreamClosedError, TimeoutError, TooManyRequestsError, UnknownMethodError, errorFromWire, errorToWire
 } from './errors.js'
 import { FramedStream } from './framed-stream.js'
+import type { FramedStreamInit } from './framed-stream.js'
+import { PeerBudgets, PEER_BUDGET_DEFAULTS } from './peer-budgets.js'
+import type { BufferStats } from './buffer-budget.js'
 import type { Frame, RequestFrame } from './codec.js'
 import type { MessagingError } from './errors.js'
+import type { PeerBudgetInit } from './peer-budgets.js'
 import type { AbortOptions, ComponentLogger, Connection, Logger, PeerId, Startable, Stream } from '@libp2p/interface'
 import type { ConnectionManager, Registrar } from '@libp2p/interface-internal'
 import type { Multiaddr } from '@multiformats/multiaddr'
 
-export interface MessagingInit {
+export interface MessagingInit extends PeerBudgetInit {
   /**
    * Largest encoded frame (envelope plus payload, without the length prefix)
    * sent or accepted, in bytes
@@ -124,6 +128,14 @@ export interface MessagingStats {
   pendingRequests: number
   /** Handlers running on this node */
   activeHandlers: number
+  /** Bytes held in partial frames, over all streams (`bufferStats()` has them per peer and address) */
+  bufferedBytes: number
+  /**
+   * Entries in the tables kept per remote peer and per address (calls in
+   * flight, buffered bytes, decode budgets not yet refilled); goes back to
+   * its baseline when peers go away
+   */
+  peerEntries: number
 }
 
 export interface Messaging {
@@ -139,9 +151,11 @@ export interface Messaging {
   stream<T = unknown>(target: MessageTarget, protocol: string, method: string, payload?: unknown, options?: RequestOptions): AsyncGenerator<T, void, undefined>
   /** Counters for open streams and calls, for health checks and leak tests */
   stats(): MessagingStats
+  /** Bytes held in partial frames: in total, per remote peer and per remote IP address */
+  bufferStats(): BufferStats
 }
 
-interface Defaults {
+interface Defaults extends Required<PeerBudgetInit> {
   maxFrameSize: number
   maxInFlightPerPeer: number
   requestTimeout: number
@@ -160,7 +174,8 @@ export const MESSAGING_DEFAULTS: Readonly<Defaults> = Object.freeze({
   idleTimeout: 60_000,
   outboundIdleTimeout: 30_000,
   streamWindow: 16,
-  maxInboundStreams: 8
+  maxInboundStreams: 8,
+  ...PEER_BUDGET_DEFAULTS
 })
 
 /** Longest timeout, in ms (the largest delay setTimeout accepts) */
@@ -284,12 +299,11 @@ class OutboundChannel {
   private readonly waiters: Array<() => void> = []
   private readonly idle: IdleWatch
 
-  constructor (key: string, stream: Stream, owner: DefaultMessaging) {
+  constructor (key: string, stream: Stream, connection: Connection, owner: DefaultMessaging) {
     this.key = key
     this.owner = owner
     this.framed = new FramedStream(stream, {
-      maxFrameSize: owner.opts.maxFrameSize,
-      log: owner.log,
+      ...owner.framing(connection),
       onFrame: (frame) => { this.onFrame(frame) },
       onBadFrame: (err, id) => {
         const call = this.calls.get(id)
@@ -499,8 +513,7 @@ class InboundSession {
     this.connection = connection
     this.peerKey = connection.remotePeer.toString()
     this.framed = new FramedStream(stream, {
-      maxFrameSize: owner.opts.maxFrameSize,
-      log: owner.log,
+      ...owner.framing(connection),
       onFrame: (frame) => { this.onFrame(frame) },
       onBadFrame: (err, id) => {
         // the request is broken: stop its handler, send nothing more for it
@@ -748,6 +761,7 @@ class DefaultMessaging implements Messaging, Startable {
   private readonly opening = new Map<string, Promise<OutboundChannel>>()
   private readonly sessions = new Set<InboundSession>()
   private readonly slots = new Map<string, number>()
+  private readonly budgets: PeerBudgets
   private started = false
 
   constructor (components: MessagingComponents, init: MessagingInit = {}) {
@@ -762,6 +776,12 @@ class DefaultMessaging implements Messaging, Startable {
       ;(this.opts as unknown as Record<string, number>)[key] = value
     }
     this.opts.streamWindow = Math.min(this.opts.streamWindow, MAX_WINDOW)
+    this.budgets = new PeerBudgets(this.opts, this.opts.maxFrameSize, this.log)
+  }
+
+  /** What every framed stream to or from `connection` shares */
+  framing (connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'> {
+    return { maxFrameSize: this.opts.maxFrameSize, log: this.log, ...this.budgets.forConnection(connection) }
   }
 
   readonly [Symbol.toStringTag] = '@ioa/transport/messaging'
@@ -795,7 +815,18 @@ class DefaultMessaging implements Messaging, Startable {
     for (const c of this.channels.values()) pendingRequests += c.pending
     let activeHandlers = 0
     for (const s of this.sessions) activeHandlers += s.activeCount
-    return { outboundStreams: this.channels.size, inboundStreams: this.sessions.size, pendingRequests, activeHandlers }
+    return {
+      outboundStreams: this.channels.size,
+      inboundStreams: this.sessions.size,
+      pendingRequests,
+      activeHandlers,
+      bufferedBytes: this.budgets.buffers.held,
+      peerEntries: this.slots.size + this.budgets.entries()
+    }
+  }
+
+  bufferStats (): BufferStats {
+    return this.budgets.buffers.stats()
   }
 
   private async register (protocol: string): Promise<void> {
@@ -920,7 +951,7 @@ class DefaultMessaging implements Messaging, Startable {
         stream.abort(new NotStartedError())
         throw new NotStartedError('Messaging stopped while opening a stream')
       }
-      const channel = new OutboundChannel(key, stream, this)
+      const channel = new OutboundChannel(key, stream, connection, this)
       this.channels.set(key, channel)
       return channel
     })()

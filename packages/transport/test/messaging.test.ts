@@ -4,6 +4,7 @@ import * as varint from 'uint8-varint'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, decodeFrame, encodeFrame, FrameType, RemoteError } from '../src/index.js'
 import { delay, expectErrorName, until } from '../../../test/util.js'
+import { readAll } from './raw-stream.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
 
 const PROTO = '/ioa/test/1.0.0'
@@ -247,20 +248,6 @@ describe('messaging against bad input (TCP)', () => {
     return { server, attacker, bystander }
   }
 
-  /** Read frames from a raw stream until it ends */
-  async function readAll (stream: Awaited<ReturnType<TransportNode['dialProtocol']>>, timeout = 5_000): Promise<{ frames: Frame[], ended: boolean }> {
-    const lp = lpStream(stream)
-    const frames: Frame[] = []
-    const signal = AbortSignal.timeout(timeout)
-    try {
-      while (true) {
-        frames.push(decodeFrame(await lp.read({ signal })))
-      }
-    } catch (err: any) {
-      return { frames, ended: err.name !== 'AbortError' && err.name !== 'TimeoutError' }
-    }
-  }
-
   async function stillServes (server: TransportNode, other: TransportNode): Promise<void> {
     expect(await other.services.messaging.request(server.getMultiaddrs()[0], PROTO, 'echo', 'alive')).toBe('alive')
   }
@@ -363,8 +350,8 @@ describe('messaging lifecycle', () => {
     for await (const _ of client.services.messaging.stream(server.getMultiaddrs()[0], PROTO, 'tick')) { /* drain */ }
     await client.stop()
     await server.stop()
-    expect(client.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
-    expect(server.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0 })
+    expect(client.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0, bufferedBytes: 0, peerEntries: 0 })
+    expect(server.services.messaging.stats()).toEqual({ outboundStreams: 0, inboundStreams: 0, pendingRequests: 0, activeHandlers: 0, bufferedBytes: 0, peerEntries: 0 })
     await expectErrorName(client.services.messaging.request(server.getMultiaddrs()[0] ?? server.peerId, PROTO, 'echo', 1), 'NotStartedError')
   })
 

@@ -9,7 +9,7 @@ import { lpStream } from '@libp2p/utils'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, decodeFrame, encodeFramePrefixed, FrameType } from '../src/index.js'
 import { readAll } from './raw-stream.js'
-import { fromHex, until } from '../../../test/util.js'
+import { LOOPBACK, fromHex, until } from '../../../test/util.js'
 import type { Frame, MessagingInit, TransportNode } from '../src/index.js'
 import type { Stream } from '@libp2p/interface'
 
@@ -17,7 +17,9 @@ const PROTO = '/ioa/hostile/1.0.0'
 const nodes: TransportNode[] = []
 
 async function makeNode (messaging: MessagingInit = {}): Promise<TransportNode> {
-  const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], messaging })
+  // up to 21 peers dial from 127.0.0.1 within a second: exempt loopback from
+  // libp2p's per-host inbound rate limit (the messaging budgets still apply)
+  const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], allow: LOOPBACK, messaging })
   nodes.push(node)
   return node
 }

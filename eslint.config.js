@@ -37,7 +37,7 @@ function layerRules (layer) {
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**']
+    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**', 'docs/api/**']
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,

@@ -26,11 +26,11 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { assertCapability, capabilityMatches, capabilityPrefixes } from './capability.js'
 import { verifyCard } from './card.js'
 import { AgentNotHereError, BadRequestError, NotExportedError, RateLimitedError, fromRemote } from './errors.js'
-import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
 import type { AgentCard, SignedCard } from './card.js'
 import type { Logger } from '@libp2p/interface'
 import type { Did } from './identity.js'
-import type { CardQuery, Forwarder, Interconnect } from './interconnect.js'
+import type { CardQuery, Forwarder, Interconnect } from './types.js'
 
 /** Which skills a gateway exports, and to whom */
 export interface ExportRule {

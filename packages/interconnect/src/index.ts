@@ -8,11 +8,14 @@
  *
  * Wire formats: `spec/interconnect.md`.
  */
-export { createInterconnect, CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+export { createInterconnect, interconnectFromComponents } from './interconnect.js'
+export { CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
+export { componentsFromNode } from './components.js'
+export type { InterconnectComponents } from './components.js'
 export type {
-  Interconnect, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
+  Interconnect, InterconnectService, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
   DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
-} from './interconnect.js'
+} from './types.js'
 export type { InterconnectCacheStats } from './caches.js'
 export type { AgentHistory, Outcome } from './history.js'
 export { BoundedMap } from './bounded-map.js'

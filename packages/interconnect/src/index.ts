@@ -41,5 +41,7 @@ export {
   NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
   fromRemote
 } from './errors.js'
-export { createGateway } from './gateway.js'
-export type { Gateway, GatewayCaller, GatewayInit, GatewayRateLimit, GatewayStats, ExportRule } from './gateway.js'
+export { createGateway, gatewayFromComponents } from './gateway.js'
+export type {
+  Gateway, GatewayCaller, GatewayComponents, GatewayInit, GatewayOptions, GatewayRateLimit, GatewayStats, ExportRule
+} from './gateway-types.js'

@@ -92,6 +92,8 @@ export class Announcer {
         // withdrawn (or the service stopped) while it waited
         if (!this.wanted(key, cid)) return
         await this.queue.add(async () => {
+          // withdrawn while it was queued
+          if (!this.wanted(key, cid)) return
           await this.components.contentRouting.provide(cid, { signal: AbortSignal.timeout(PROVIDE_TIMEOUT) })
         }, { signal })
       }, {

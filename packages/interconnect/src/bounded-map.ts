@@ -4,6 +4,12 @@
  * the least recently used entries are evicted first. O(1) per operation
  * (a JavaScript `Map` keeps insertion order, so re-inserting moves an entry
  * to the most recent end).
+ *
+ * Kept rather than taken from a library: `@libp2p/utils` has no LRU (its
+ * `TrackedMap` only counts entries for metrics), and `hashlru` (in the tree
+ * through kad-dht) is a two-generation approximation that holds up to twice
+ * its size and cannot weigh entries: the caches here must stay within a byte
+ * bound (spec `interconnect.md` 10) and report evictions.
  */
 export interface BoundedMapInit<K, V> {
   /** Most entries held */

@@ -8,7 +8,7 @@ import { BoundedMap } from './bounded-map.js'
 import { cardSigningBytes } from './card.js'
 import type { SignedCard } from './card.js'
 import type { Did } from './identity.js'
-import type { DiscoveredAgent } from './interconnect.js'
+import type { DiscoveredAgent } from './types.js'
 
 export interface CacheBounds {
   maxCachedLookups: number

@@ -44,6 +44,7 @@ export function isCapability (name: unknown): name is string {
     assertCapability(name)
     return true
   } catch {
+    // the grammar error is the answer: not a capability name
     return false
   }
 }

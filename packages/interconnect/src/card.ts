@@ -35,11 +35,13 @@ export const CARD_LIMITS = Object.freeze({
 })
 
 const capability = z.string().max(128).refine(s => {
+  // a name that breaks the grammar is this refinement's "no"
   try { assertCapability(s); return true } catch { return false }
 }, 'invalid capability name')
 
 /** A peer id in its canonical string form (base58btc multihash, e.g. `12D3KooW…`) */
 const peerIdString = z.string().min(1).max(128).refine(s => {
+  // a string that is no peer id at all is this refinement's "no"
   try { return peerIdFromString(s).toString() === s } catch { return false }
 }, 'invalid peer id (must be in canonical form)')
 

@@ -23,148 +23,18 @@
  */
 import { TokenBuckets } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
+import { Queue } from '@libp2p/utils'
 import { assertCapability, capabilityMatches, capabilityPrefixes } from './capability.js'
 import { verifyCard } from './card.js'
 import { AgentNotHereError, BadRequestError, NotExportedError, RateLimitedError, fromRemote } from './errors.js'
-import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
 import type { AgentCard, SignedCard } from './card.js'
-import type { Logger } from '@libp2p/interface'
+import type { ExportRule, Gateway, GatewayCaller, GatewayComponents, GatewayInit, GatewayOptions, GatewayStats } from './gateway-types.js'
 import type { Did } from './identity.js'
-import type { CardQuery, Forwarder, Interconnect } from './interconnect.js'
+import type { CardQuery, Forwarder, InterconnectService } from './types.js'
+import type { Logger } from '@libp2p/interface'
 
-/** Which skills a gateway exports, and to whom */
-export interface ExportRule {
-  /**
-   * A capability name or prefix (`travel.hotel` exports every skill below it),
-   * or `'*'` for every skill
-   */
-  skill: string
-  /**
-   * Domains whose agents may invoke these skills; `'*'` in the list allows any
-   * caller, including one that sent no card
-   *
-   * @default any domain (the rule does not look at the caller)
-   */
-  domains?: string[]
-}
-
-export interface GatewayRateLimit {
-  /** Requests a caller may make per period (also the burst size) */
-  requests: number
-  /** The period, in ms */
-  per: number
-}
-
-export interface GatewayInit {
-  /** The interconnect of the node in the domain network */
-  inner: Interconnect
-  /** The interconnect of the node in the public network */
-  outer: Interconnect
-  /** The domain this gateway serves; only agents whose cards name it are exported */
-  domain: string
-  /** What is exported; nothing is exported unless a rule covers it */
-  exports: ExportRule[]
-  /**
-   * How many forwarded requests each caller (libp2p peer) may make (a token
-   * bucket per caller)
-   *
-   * @default { requests: 50, per: 1000 }
-   */
-  rateLimit?: GatewayRateLimit
-  /**
-   * How often the gateway looks for the domain's agents and renews their
-   * export cards and announcements, in ms
-   *
-   * @default 30_000
-   */
-  refreshInterval?: number
-  /**
-   * Timeout of one inner lookup (an inner DHT walk or an export request), in ms
-   *
-   * @default 5_000
-   */
-  innerLookupTimeout?: number
-  /**
-   * Per-hop timeout of a message forwarded over the inner network, in ms
-   *
-   * @default 10_000
-   */
-  forwardTimeout?: number
-  /**
-   * Capability prefixes looked up in the domain for `'*'` rules (a DHT lookup
-   * needs a name); agents of inner peers the gateway is connected to are
-   * listed as well
-   *
-   * @default []
-   */
-  innerCapabilities?: string[]
-  /**
-   * Most callers whose rate is tracked at once; the least recently seen are
-   * forgotten beyond this
-   *
-   * @default 10_000
-   */
-  maxCallers?: number
-  /**
-   * Most agents exported at once; agents found beyond this are not exported
-   * (and logged)
-   *
-   * @default 4_096
-   */
-  maxExportedAgents?: number
-}
-
-export interface GatewayStats {
-  /** Messages forwarded to inner agents and answered */
-  forwarded: number
-  /** Calls refused by `admit` (route messages and calls of other relays): not exported or rate-limited */
-  refused: number
-  /** Refused because the export policy does not allow them */
-  notExported: number
-  /** Refused because the caller exceeded its rate */
-  rateLimited: number
-  /** Forwarded messages that failed in the domain */
-  failed: number
-  /** Agents currently exported */
-  exportedAgents: number
-  /** When the last refresh finished (ms since the epoch), 0 before the first */
-  lastRefresh: number
-}
-
-/** Who asks a gateway to pass a call on */
-export interface GatewayCaller {
-  /** The calling libp2p peer (authenticated by the connection); its rate is charged */
-  peer: string
-  /**
-   * The caller's domain, from a card that verified and is bound to `peer`;
-   * undefined for a caller without one (only rules open to every domain
-   * admit it)
-   */
-  domain?: string
-}
-
-export interface Gateway {
-  readonly domain: string
-  /** The export cards served outside now */
-  exported(): SignedCard[]
-  /** Is the agent exported by this gateway now (it has an export card)? */
-  isExportedAgent(did: Did): boolean
-  /**
-   * The export policy and rate check of one call from outside to an exported
-   * agent, counted in `stats()`. Throws `NotExportedError` when the agent is
-   * not exported, the skill is absent or not offered on its export card, or
-   * no rule exports it to the caller's domain; `RateLimitedError` when the
-   * calling peer is over its rate (a token is taken otherwise). Route
-   * messages go through it; other relays (tasks) call it before passing a
-   * call on.
-   */
-  admit(to: Did, skill: string | undefined, caller: GatewayCaller): void
-  /** Look for the domain's agents now and renew export cards and announcements */
-  refresh(): Promise<void>
-  stats(): GatewayStats
-  /** Stop serving and forwarding and withdraw the announcements (the nodes are left running) */
-  stop(): Promise<void>
-}
+export type * from './gateway-types.js'
 
 const DOMAIN_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/
 
@@ -181,20 +51,18 @@ function positive (name: string, value: number, min = 1): number {
   return value
 }
 
-async function mapLimit<T> (items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      await fn(items[next++])
-    }
-  }
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker))
+/** Run `fn` on every item, `limit` at once; `fn` must not reject */
+async function eachLimit<T> (items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  const queue = new Queue<void>({ concurrency: limit })
+  for (const item of items) void queue.add(async () => { await fn(item) })
+  await queue.onIdle()
 }
 
 class DefaultGateway implements Gateway {
   readonly domain: string
-  private readonly inner: Interconnect
-  private readonly outer: Interconnect
+  private readonly inner: InterconnectService
+  private readonly outer: InterconnectService
+  private readonly components: GatewayComponents
   private readonly rules: ExportRule[]
   private readonly refreshInterval: number
   private readonly lookupTimeout: number
@@ -213,8 +81,9 @@ class DefaultGateway implements Gateway {
   private stopped = false
   private readonly counters = { forwarded: 0, notExported: 0, rateLimited: 0, failed: 0, lastRefresh: 0 }
 
-  constructor (init: GatewayInit) {
-    if (init.inner == null || init.outer == null || init.inner === init.outer || init.inner.peerId.equals(init.outer.peerId)) {
+  constructor (components: GatewayComponents, init: GatewayOptions) {
+    const { inner, outer } = components
+    if (inner == null || outer == null || inner === outer || inner.peerId.equals(outer.peerId)) {
       throw new BadRequestError('A gateway needs two interconnects on two different nodes (inner and outer)')
     }
     if (typeof init.domain !== 'string' || init.domain.length > 253 || !DOMAIN_NAME.test(init.domain)) {
@@ -235,8 +104,9 @@ class DefaultGateway implements Gateway {
     }
     const rate = init.rateLimit ?? { requests: 50, per: 1000 }
     this.domain = init.domain
-    this.inner = init.inner
-    this.outer = init.outer
+    this.components = components
+    this.inner = inner
+    this.outer = outer
     this.rules = init.exports.map(r => ({ skill: r.skill, ...(r.domains != null ? { domains: [...r.domains] } : {}) }))
     this.refreshInterval = positive('refreshInterval', init.refreshInterval ?? 30_000, 100)
     this.lookupTimeout = positive('innerLookupTimeout', init.innerLookupTimeout ?? 5_000)
@@ -248,7 +118,7 @@ class DefaultGateway implements Gateway {
       positive('maxCallers', init.maxCallers ?? 10_000)
     )
     this.maxExported = positive('maxExportedAgents', init.maxExportedAgents ?? 4_096)
-    this.log = init.outer.node.logger.forComponent('ioa:interconnect:gateway')
+    this.log = components.logger.forComponent(init.logPrefix ?? 'ioa:interconnect:gateway')
     this.self = this.outer.peerId.toString()
   }
 
@@ -257,7 +127,9 @@ class DefaultGateway implements Gateway {
     this.outer.setForwarder(this.forward)
     await this.refresh()
     if (this.stopped) return
-    this.timer = setInterval(() => { this.refresh().catch(() => {}) }, this.refreshInterval)
+    this.timer = setInterval(() => {
+      this.refresh().catch((err: any) => { this.log.error('refresh of the exported agents failed: %s', err?.message ?? err) })
+    }, this.refreshInterval)
     this.timer.unref?.()
   }
 
@@ -266,7 +138,8 @@ class DefaultGateway implements Gateway {
     this.stopped = true
     clearInterval(this.timer)
     this.outer.setForwarder(undefined)
-    await this.refreshing?.catch(() => {})
+    // a failing refresh is reported by whoever started it
+    await this.refreshing?.catch((err: any) => { this.log.trace('refresh ended while stopping: %s', err?.message ?? err) })
     const cards = this.cards
     this.cards = new Map()
     await this.apply(new Map(), cards)
@@ -323,6 +196,15 @@ class DefaultGateway implements Gateway {
   }
 
   admit (to: Did, skill: string | undefined, caller: GatewayCaller): void {
+    try {
+      this.check(to, skill, caller)
+    } catch (err: any) {
+      this.log('refused a call from %s to %s (skill %s): %s', caller.peer, String(to).slice(0, 80), skill, err?.message)
+      throw err
+    }
+  }
+
+  private check (to: Did, skill: string | undefined, caller: GatewayCaller): void {
     const signed = this.stopped ? undefined : this.cards.get(to)
     if (signed == null) {
       this.counters.notExported++
@@ -357,8 +239,9 @@ class DefaultGateway implements Gateway {
       const body = await this.inner.send(msg.to, msg.body, { skill, timeout: this.forwardTimeout, signal: ctx.signal })
       this.counters.forwarded++
       return { body: body ?? null }
-    } catch (err) {
+    } catch (err: any) {
       this.counters.failed++
+      this.log('forwarding to %s failed in the domain: %s %s', msg.to, err?.code, err?.message)
       throw err
     }
   }
@@ -379,15 +262,21 @@ class DefaultGateway implements Gateway {
       if (!found.has(did) && found.size < this.maxExported) found.set(did, signed.card)
     }
     const next = new Map<Did, SignedCard>()
-    await mapLimit([...found.values()], REFRESH_CONCURRENCY, async (card) => {
-      const signed = await this.requestExport(card).catch(() => undefined)
-      if (signed != null) next.set(card.id, signed)
+    await eachLimit([...found.values()], REFRESH_CONCURRENCY, async (card) => {
+      try {
+        const signed = await this.requestExport(card)
+        if (signed != null) next.set(card.id, signed)
+      } catch (err: any) {
+        // not exported this round (the next refresh asks again)
+        this.log('no export card for %s: %s %s', card.id, err?.code, err?.message)
+      }
     })
     if (this.stopped) return
     const previous = this.cards
     this.cards = next
     await this.apply(next, previous)
     this.counters.lastRefresh = Date.now()
+    this.log('refresh: %d agents exported (%d found)', next.size, found.size)
   }
 
   /** Inner cards of this domain's agents that have at least one exported skill */
@@ -410,22 +299,24 @@ class DefaultGateway implements Gateway {
     if (wildcard) {
       for (const c of this.innerCapabilities) names.add(c)
     }
-    await mapLimit([...names], REFRESH_CONCURRENCY, async (capability) => {
+    await eachLimit([...names], REFRESH_CONCURRENCY, async (capability) => {
       try {
         for (const r of await this.inner.discoverAll({ capability }, { timeout: this.lookupTimeout, cache: false })) {
           if (!r.local) add(r.card)
         }
-      } catch {
+      } catch (err: any) {
         // this lookup failed; the others still count
+        this.log('inner lookup of %s failed: %s', capability, err?.message ?? err)
       }
     })
     if (wildcard) {
-      const peers = this.inner.node.getPeers().slice(0, MAX_LISTED_PEERS)
-      await mapLimit(peers, REFRESH_CONCURRENCY, async (peer) => {
+      const peers = this.components.innerConnections.getPeers().slice(0, MAX_LISTED_PEERS)
+      await eachLimit(peers, REFRESH_CONCURRENCY, async (peer) => {
         try {
           for (const signed of await this.inner.fetchCards(peer, {}, { timeout: this.lookupTimeout })) add(signed.card)
-        } catch {
+        } catch (err: any) {
           // a peer without the card protocol, or unreachable
+          this.log.trace('inner peer %p lists no cards: %s', peer, err?.message ?? err)
         }
       })
     }
@@ -437,8 +328,11 @@ class DefaultGateway implements Gateway {
     const skills = card.skills.filter(s => this.isExported(s.id)).map(s => s.id)
     const gateways = card.gateways ?? []
     // the agent's card must list this gateway, or outside peers would not accept it from us
-    if (skills.length === 0 || !gateways.includes(this.self)) return undefined
-    const answer = await this.inner.node.services.messaging.request<{ card?: unknown }>(
+    if (skills.length === 0 || !gateways.includes(this.self)) {
+      this.log('not exporting %s: %s', card.id, skills.length === 0 ? 'no exported skill' : 'its card does not list this gateway')
+      return undefined
+    }
+    const answer = await this.components.innerMessaging.request<{ card?: unknown }>(
       peerIdFromString(card.peer), CARD_PROTOCOL, 'export',
       { agent: card.id, skills, gateways },
       { timeout: this.lookupTimeout }
@@ -478,7 +372,10 @@ class DefaultGateway implements Gateway {
     for (const did of previous.keys()) {
       if (!next.has(did)) tasks.push(this.outer.withdrawAgent(did))
     }
-    await Promise.allSettled(tasks)
+    for (const r of await Promise.allSettled(tasks)) {
+      // a failed announcement is retried by the outer interconnect; a failure here is only reported
+      if (r.status === 'rejected') this.log.error('updating the outer announcements failed: %s', r.reason?.message ?? r.reason)
+    }
   }
 }
 
@@ -489,7 +386,22 @@ class DefaultGateway implements Gateway {
  * messages for them over `inner`. Uses `outer`'s card source and forwarder.
  */
 export async function createGateway (init: GatewayInit): Promise<Gateway> {
-  const gateway = new DefaultGateway(init)
+  const { inner, outer, ...options } = init
+  if (inner == null || outer == null) {
+    throw new BadRequestError('A gateway needs two interconnects on two different nodes (inner and outer)')
+  }
+  return gatewayFromComponents({
+    inner,
+    outer,
+    innerConnections: inner.node,
+    innerMessaging: inner.node.services.messaging,
+    logger: outer.node.logger
+  }, options)
+}
+
+/** Start a gateway on narrow components (see `createGateway`) */
+export async function gatewayFromComponents (components: GatewayComponents, options: GatewayOptions): Promise<Gateway> {
+  const gateway = new DefaultGateway(components, options)
   await gateway.start()
   return gateway
 }

@@ -60,6 +60,7 @@ export function isDid (value: unknown): value is Did {
     didToPublicKey(value)
     return true
   } catch {
+    // the parse failure is the answer: not a did:key
     return false
   }
 }
@@ -110,6 +111,7 @@ export async function verifyByDid (did: Did, data: Uint8Array, signature: Uint8A
   try {
     return await didToPublicKey(did).verify(data, signature)
   } catch {
+    // a malformed DID verifies nothing (documented above: never throws)
     return false
   }
 }

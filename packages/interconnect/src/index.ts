@@ -8,11 +8,14 @@
  *
  * Wire formats: `spec/interconnect.md`.
  */
-export { createInterconnect, CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './interconnect.js'
+export { createInterconnect, interconnectFromComponents } from './interconnect.js'
+export { CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
+export { componentsFromNode } from './components.js'
+export type { InterconnectComponents } from './components.js'
 export type {
-  Interconnect, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
+  Interconnect, InterconnectService, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
   DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
-} from './interconnect.js'
+} from './types.js'
 export type { InterconnectCacheStats } from './caches.js'
 export type { AgentHistory, Outcome } from './history.js'
 export { BoundedMap } from './bounded-map.js'
@@ -38,5 +41,7 @@ export {
   NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
   fromRemote
 } from './errors.js'
-export { createGateway } from './gateway.js'
-export type { Gateway, GatewayCaller, GatewayInit, GatewayRateLimit, GatewayStats, ExportRule } from './gateway.js'
+export { createGateway, gatewayFromComponents } from './gateway.js'
+export type {
+  Gateway, GatewayCaller, GatewayComponents, GatewayInit, GatewayOptions, GatewayRateLimit, GatewayStats, ExportRule
+} from './gateway-types.js'

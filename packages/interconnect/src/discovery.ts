@@ -1,0 +1,186 @@
+/**
+ * Discovery by capability (spec `interconnect.md` 7): hosted agents first,
+ * then fresh cached results, else a walk of the capability's DHT record whose
+ * providers' cards are fetched (a few at once), verified, ranked and streamed
+ * as they come.
+ */
+import { Queue } from '@libp2p/utils'
+import { anySignal } from 'any-signal'
+import { pushable } from 'it-pushable'
+import { assertCapability, capabilityCid } from './capability.js'
+import { matchQuery } from './ranking.js'
+import type { InterconnectCaches } from './caches.js'
+import type { CardProtocol } from './card-protocol.js'
+import type { InterconnectComponents } from './components.js'
+import type { Directory } from './directory.js'
+import type { HistoryBook } from './history.js'
+import type { Defaults } from './options.js'
+import type { DiscoveryQuery, Ranker } from './ranking.js'
+import type { DiscoveredAgent, DiscoverOptions } from './types.js'
+import type { Logger, PeerInfo } from '@libp2p/interface'
+
+/** Default time a lookup may take, in ms */
+export const LOOKUP_TIMEOUT = 10_000
+
+/**
+ * Keep the addresses a DHT provider record carries, so the card fetch can dial
+ * the provider; a failure only costs that dial its shortcut
+ */
+export async function rememberAddresses (peerStore: InterconnectComponents['peerStore'], provider: PeerInfo, log: Logger): Promise<void> {
+  if (provider.multiaddrs.length === 0) return
+  try {
+    await peerStore.merge(provider.id, { multiaddrs: provider.multiaddrs })
+  } catch (err: any) {
+    log.trace('could not keep the addresses of provider %p: %s', provider.id, err?.message ?? err)
+  }
+}
+
+export interface DiscoveryInit {
+  components: Pick<InterconnectComponents, 'peerId' | 'contentRouting' | 'peerStore'>
+  directory: Directory
+  cards: CardProtocol
+  caches: InterconnectCaches
+  history: HistoryBook
+  ranker: Ranker
+  opts: Defaults
+  log: Logger
+}
+
+export class Discovery {
+  private readonly init: DiscoveryInit
+  private readonly log: Logger
+
+  constructor (init: DiscoveryInit) {
+    this.init = init
+    this.log = init.log
+  }
+
+  private rank (c: Omit<DiscoveredAgent, 'score' | 'history'>, query: DiscoveryQuery, now: number): DiscoveredAgent {
+    const history = c.local ? undefined : this.init.history.get(c.card.id)
+    const candidate = history != null ? { ...c, history } : c
+    return { ...candidate, score: this.init.ranker.score(candidate, query, now) }
+  }
+
+  async * discover (query: DiscoveryQuery, options: DiscoverOptions = {}): AsyncGenerator<DiscoveredAgent, void, undefined> {
+    assertCapability(query.capability)
+    const { opts, caches } = this.init
+    const limit = options.limit ?? Infinity
+    const seen = new Set<string>()
+    let count = 0
+    const now = Date.now()
+    const self = this.init.components.peerId.toString()
+
+    for (const agent of this.init.directory.hosted.values()) {
+      const skills = matchQuery(agent.card.card, query)
+      if (skills.length === 0) continue
+      seen.add(agent.did)
+      yield this.rank({ card: agent.card.card, signed: agent.card, skills, peer: self, alive: true, local: true, source: 'local', latency: 0 }, query, now)
+      if (++count >= limit) return
+    }
+
+    const cacheKey = query.capability
+    let cached = caches.lookups.get(cacheKey)
+    if (cached != null && now - cached.at >= opts.cacheTtl) {
+      caches.lookups.delete(cacheKey)
+      cached = undefined
+    }
+    if (options.cache !== false && cached != null && now - cached.at < opts.cacheTtl) {
+      for (const r of cached.results) {
+        if (seen.has(r.card.id) || r.card.expiresAt < now) continue
+        const skills = matchQuery(r.card, query)
+        if (skills.length === 0) continue
+        seen.add(r.card.id)
+        const { history: _, score: __, ...rest } = r
+        yield this.rank({ ...rest, skills, source: 'cache' }, query, now)
+        if (++count >= limit) return
+      }
+      return
+    }
+
+    // the lookup ends on the caller's abort, its timeout, or when the caller stops reading
+    const stopped = new AbortController()
+    const signal = anySignal([stopped.signal, options.signal, AbortSignal.timeout(options.timeout ?? LOOKUP_TIMEOUT)])
+    const out = pushable<DiscoveredAgent>({ objectMode: true })
+    const collected: DiscoveredAgent[] = []
+
+    void this.walk(query, signal, out, collected)
+      .catch((err: any) => { this.log.error('lookup of %s failed: %s', query.capability, err?.message ?? err) })
+      .finally(() => { out.end() })
+
+    let complete = false
+    let found = 0
+    try {
+      for await (const r of out) {
+        if (seen.has(r.card.id)) continue
+        seen.add(r.card.id)
+        found++
+        yield r
+        if (++count >= limit) return
+      }
+      complete = !signal.aborted || options.signal?.aborted !== true
+      if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
+    } finally {
+      stopped.abort()
+      signal.clear()
+      if (complete && collected.length > 0) {
+        caches.trim(collected)
+        if (!caches.lookups.set(cacheKey, { at: Date.now(), results: collected })) {
+          this.log('results of the lookup of %s are larger than the cache (%d bytes): not cached', cacheKey, opts.maxCacheBytes)
+        }
+      }
+    }
+  }
+
+  /** Walk the DHT record of the capability and push what its providers serve */
+  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): Promise<void> {
+    const { components, opts, caches } = this.init
+    const self = components.peerId.toString()
+    const cid = await capabilityCid(query.capability)
+    const fetches = new Queue<void>({ concurrency: opts.fetchConcurrency })
+    const fetched = new Set<string>()
+    const fetch = async (provider: PeerInfo): Promise<void> => {
+      const id = provider.id.toString()
+      const started = performance.now()
+      try {
+        const cards = await this.init.cards.fetchCards(provider.id, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
+        const latency = performance.now() - started
+        const at = Date.now()
+        for (const signed of cards) {
+          const all = matchQuery(signed.card, { capability: query.capability })
+          if (all.length === 0) continue
+          const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
+          caches.collect(collected, result)
+          const skills = matchQuery(signed.card, query)
+          if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
+        }
+      } catch (err: any) {
+        // unreachable or misbehaving provider: skip it
+        this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
+      }
+    }
+    try {
+      for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
+        const id = provider.id.toString()
+        if (id === self || fetched.has(id)) continue
+        fetched.add(id)
+        await rememberAddresses(components.peerStore, provider, this.log)
+        await fetches.onSizeLessThan(opts.fetchConcurrency)
+        // `fetch` never rejects
+        void fetches.add(async () => { await fetch(provider) })
+      }
+    } catch (err: any) {
+      // the walk was aborted or ran out of peers: keep what was found
+      this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
+    }
+    await fetches.onIdle()
+  }
+
+  async discoverAll (query: DiscoveryQuery, options: DiscoverOptions = {}): Promise<DiscoveredAgent[]> {
+    const results: DiscoveredAgent[] = []
+    for await (const r of this.discover(query, { ...options, limit: undefined })) {
+      results.push(r)
+    }
+    results.sort((a, b) => b.score - a.score)
+    return options.limit != null ? results.slice(0, options.limit) : results
+  }
+}

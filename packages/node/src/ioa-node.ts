@@ -4,9 +4,10 @@
  */
 import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGateway, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
 import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
+import { createTransportNode, openDatastore } from '@ioa/transport'
 import { parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
+import { LayerError } from './errors.js'
 import { openKeyStore } from './keystore.js'
 import type { NodeConfig, TasksConfig } from './config.js'
 import type { DomainKeyOptions } from './domain-key.js'
@@ -17,7 +18,7 @@ import type {
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
-import type { AbortOptions } from '@libp2p/interface'
+import type { AbortOptions, ComponentLogger, Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 export interface IoaNodeInit {
@@ -188,6 +189,8 @@ export interface IoaNode {
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
+  /** The node's component logger (libp2p's): `logger.forComponent('ioa:node:<part>')` */
+  readonly logger: ComponentLogger
   /** How the node's keys are kept at rest, what opening them cost and how many plaintext keys were migrated */
   readonly keyStore: KeyStoreStatus
   /** Host an agent: its card is signed and published, its handlers serve tasks */
@@ -219,13 +222,7 @@ export interface IoaNode {
   stop(): Promise<void>
 }
 
-/** A custom layer is malformed or failed to start */
-export class LayerError extends CodedError {
-  static override name = 'LayerError'
-  constructor (message: string, options?: ErrorOptions) {
-    super('LAYER_FAILED', message, options)
-  }
-}
+export { LayerError }
 
 /** Listeners of one kind of event; a listener's failure is its own */
 class Listeners<E> {
@@ -289,7 +286,13 @@ class DefaultIoaNode implements IoaNode {
     readonly datastore: Datastore,
     private readonly closeStore: () => Promise<void>,
     readonly keyStore: KeyStoreStatus
-  ) {}
+  ) {
+    this.logger = transport.logger
+    this.log = transport.logger.forComponent('ioa:node')
+  }
+
+  readonly logger: ComponentLogger
+  private readonly log: Logger
 
   async host (init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent> {
     const { handlers, ...card } = init

@@ -7,28 +7,18 @@
  */
 import { randomBytes } from 'node:crypto'
 import { identityFromPrivateKey } from '@ioa/interconnect'
-import { CodedError } from '@ioa/transport'
 import { generateKeyPair, privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { keychain } from '@libp2p/keychain'
 import { defaultLogger } from '@libp2p/logger'
 import { MemoryDatastore, NamespaceDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
+import { KeyStoreError } from './errors.js'
 import type { AgentKeyStore, Identity } from '@ioa/interconnect'
 import type { ComponentLogger, Logger, PrivateKey } from '@libp2p/interface'
 import type { DEKConfig, Keychain } from '@libp2p/keychain'
 import type { Datastore } from 'interface-datastore'
 
-/** The key store cannot be opened or used as asked; `code` says why */
-export class KeyStoreError extends CodedError {
-  static override name = 'KeyStoreError'
-  /** Where the passphrase came from (`keyStore.passphraseFile`, `$IOA_KEY_PASSPHRASE`), when that is at fault */
-  readonly field?: string
-
-  constructor (code: string, message: string, options: { field?: string, cause?: unknown } = {}) {
-    super(code, message, options.cause != null ? { cause: options.cause } : undefined)
-    this.field = options.field
-  }
-}
+export { KeyStoreError }
 
 /** Fixed parameters of the key store (`spec/interconnect.md` §10) */
 export const KEYSTORE_DEFAULTS = Object.freeze({

@@ -20,6 +20,12 @@ import type { Datastore } from 'interface-datastore'
 
 export { KeyStoreError }
 
+/** The peer key option of a node: `override` (a key given in `transport.privateKey`) wins over the key store's */
+export function nodeKeyOption (keys: EncryptedKeyStore | undefined, override?: PrivateKey): { privateKey?: PrivateKey } {
+  const privateKey = override ?? keys?.nodeKey
+  return privateKey != null ? { privateKey } : {}
+}
+
 /** Fixed parameters of the key store (`spec/interconnect.md` §10) */
 export const KEYSTORE_DEFAULTS = Object.freeze({
   /** Shortest passphrase (NIST SP 800-132, as `@libp2p/keychain` enforces) */
@@ -161,7 +167,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
   static async open (datastore: Datastore, options: OpenKeyStoreOptions & { passphrase: string }): Promise<EncryptedKeyStore> {
     const started = Date.now()
     const logger = options.logger ?? defaultLogger()
-    const log = logger.forComponent('ioa:node:keystore')
+    const log = logger.forComponent('ioa:node:keys')
     if (options.passphrase.length < KEYSTORE_DEFAULTS.minPassphraseLength) {
       throw new KeyStoreError('PASSPHRASE_TOO_SHORT', `The key store passphrase has ${options.passphrase.length} characters: it needs at least ${KEYSTORE_DEFAULTS.minPassphraseLength}`, { field: options.source })
     }
@@ -205,6 +211,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
       // the promise is the cache entry, so concurrent calls share one decryption
       identity = this.load(name, options)
       this.cache.set(name, identity)
+      // handled: a failed load is not cached (the caller gets the error from `identity`)
       identity.catch(() => { this.cache.delete(name) })
     }
     return identity
@@ -319,7 +326,7 @@ async function compact (datastore: Datastore): Promise<boolean> {
 export async function openKeyStore (datastore: Datastore, options: OpenKeyStoreOptions): Promise<EncryptedKeyStore | undefined> {
   const { passphrase } = options
   if (passphrase != null) return EncryptedKeyStore.open(datastore, { ...options, passphrase })
-  const log = (options.logger ?? defaultLogger()).forComponent('ioa:node:keystore')
+  const log = (options.logger ?? defaultLogger()).forComponent('ioa:node:keys')
   if (await datastore.has(new Key(KEYSTORE_PARAMS_KEY))) {
     throw new KeyStoreError('PASSPHRASE_REQUIRED', `The keys in ${options.where} are encrypted: give the passphrase (keyStore.passphraseFile in the config, or $IOA_KEY_PASSPHRASE)`, { field: options.source })
   }
@@ -374,7 +381,7 @@ export async function changePassphrase (datastore: Datastore, options: ChangePas
   batch.put(new Key(KEYSTORE_PARAMS_KEY), Buffer.from(JSON.stringify(params)))
   await batch.commit()
   await compact(datastore)
-  logger.forComponent('ioa:node:keystore')('re-encrypted %d key(s) of %s under a new passphrase', names.length + 1, options.where)
+  logger.forComponent('ioa:node:keys')('re-encrypted %d key(s) of %s under a new passphrase', names.length + 1, options.where)
   return names.length + 1
 }
 

@@ -100,6 +100,7 @@ export class CallBridge {
 
   private async call (id: string, agent: HostedAgent, req: CallRequest, parent?: CallParent): Promise<void> {
     const deadline = Math.min(Date.now() + this.limits.callTimeout, parent?.ctx.deadline ?? Infinity)
+    // not AbortSignal.timeout: the call's deadline error is DEADLINE_EXCEEDED, not a DOMException
     const timeout = new AbortController()
     const timer = setTimeout(() => { timeout.abort(new DeadlineExceededError(`Call ${id} timed out`)) }, Math.max(0, deadline - Date.now()))
     timer.unref?.()

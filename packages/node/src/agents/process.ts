@@ -12,6 +12,7 @@
 import { spawn } from 'node:child_process'
 import { TASK_ID_PATTERN } from '@ioa/collab'
 import { CanceledError, ERROR_CODE_PATTERN } from '@ioa/transport'
+import pDefer from 'p-defer'
 import { raceSignal } from 'race-signal'
 import {
   AgentExitedError, AgentProtocolError, AgentStartError, AgentStartTimeoutError, AgentTaskError, ExternalAgentError,
@@ -83,7 +84,7 @@ export class ExternalAgentProcess implements ExternalAgent {
   /** The welcome was sent: calls are accepted */
   private welcomed = false
   private exitTimer?: ReturnType<typeof setTimeout>
-  private resolveExited!: (code: number | null) => void
+  private readonly exit = pDefer<number | null>()
   private finalizing?: Promise<void>
   private stopping?: Promise<void>
   private readonly offSignal: () => void
@@ -105,7 +106,7 @@ export class ExternalAgentProcess implements ExternalAgent {
       report: line => { this.log(line) },
       lifetime: this.lifetime.signal
     }, limits, this.logger)
-    this.exited = new Promise(resolve => { this.resolveExited = resolve })
+    this.exited = this.exit.promise
     this.child = spawn(init.command[0], init.command.slice(1), {
       cwd: init.cwd,
       env: {
@@ -560,7 +561,7 @@ export class ExternalAgentProcess implements ExternalAgent {
       this.unserve()
       if (this.hosted != null) await this.node.interconnect.unhost(this.hosted.did).catch((e) => { this.logger.error('unhost %s: %e', this.hosted?.did, e) })
       this.logger('%s exited %s', this.init.command[0], how)
-      this.resolveExited(code)
+      this.exit.resolve(code)
     })()
     await this.finalizing
   }

@@ -6,18 +6,9 @@ import { readFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import { z } from 'zod'
 
-export class ConfigError extends Error {
-  static override name = 'ConfigError'
-  readonly code = 'INVALID_CONFIG'
-  /** Dotted path of the bad field, e.g. `agents.0.skills` */
-  readonly field?: string
+import { ConfigError } from './errors.js'
 
-  constructor (message: string, field?: string) {
-    super(message)
-    this.name = ConfigError.name
-    this.field = field
-  }
-}
+export { ConfigError }
 
 const SkillConfig = z.object({
   id: z.string().min(1).max(128),

@@ -26,6 +26,6 @@ export {
   startExternalAgent, AGENT_PROTOCOL, EXTERNAL_AGENT_DEFAULTS, ExternalAgentError, AgentStartError, AgentStartTimeoutError,
   UnsupportedProtocolError, SkillMismatchError, AgentProtocolError, LineTooLongError, AgentExitedError, TooManyTasksError, AgentTaskError
 } from './external-agent.js'
-export type { ExternalAgent, ExternalAgentInit } from './external-agent.js'
+export type { ExternalAgent, ExternalAgentComponents, ExternalAgentInit } from './external-agent.js'
 export { readKeyFile, parseKeyFile } from './cli/keyfile.js'
 export type { KeyFile } from './cli/keyfile.js'

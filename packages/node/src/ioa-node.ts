@@ -1,24 +1,31 @@
 /**
  * `IoaNode`: one object that stacks the transport, interconnect and
- * collaboration layers on one libp2p node and owns their lifecycle.
+ * collaboration layers on one libp2p node and owns their lifecycle. Its
+ * pieces: the gateway role (`gateway.ts`), custom layers (`layers.ts`),
+ * events (`events.ts`), config-to-init mapping (`config-init.ts`). Logs on
+ * `ioa:node`.
  */
-import { RevocationStore, constraintPolicy, createOrchestrator, createTaskGateway, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
-import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { CodedError, createTransportNode, openDatastore } from '@ioa/transport'
-import { parseConfig } from './config.js'
-import { domainKeySource } from './domain-key.js'
-import { openKeyStore } from './keystore.js'
-import type { NodeConfig, TasksConfig } from './config.js'
-import type { DomainKeyOptions } from './domain-key.js'
-import type { EncryptedKeyStore, KeyStoreInit, KeyStoreStatus } from './keystore.js'
+import { RevocationStore, createOrchestrator, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
+import { createInterconnect } from '@ioa/interconnect'
+import { createTransportNode, openDatastore } from '@ioa/transport'
+import { defaultLogger } from '@libp2p/logger'
+import { LayerError } from './errors.js'
+import { TaskEvents, observed } from './events.js'
+import { closeOwned, startGateway } from './gateway.js'
+import { nodeKeyOption, openKeyStore } from './keystore.js'
+import { Layers } from './layers.js'
+import { attempt } from './logging.js'
+import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
 import type {
   DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
-  RevocationServiceInit, RevocationStoreInit, TaskService, TaskLimits, TaskServiceInit, Token
+  RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
-import type { AbortOptions } from '@libp2p/interface'
+import type { AbortOptions, ComponentLogger, Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
+
+export { initFromConfig } from './config-init.js'
 
 export interface IoaNodeInit {
   /**
@@ -188,6 +195,8 @@ export interface IoaNode {
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
+  /** The node's component logger (libp2p's): `logger.forComponent('ioa:node:<part>')` */
+  readonly logger: ComponentLogger
   /** How the node's keys are kept at rest, what opening them cost and how many plaintext keys were migrated */
   readonly keyStore: KeyStoreStatus
   /** Host an agent: its card is signed and published, its handlers serve tasks */
@@ -219,62 +228,13 @@ export interface IoaNode {
   stop(): Promise<void>
 }
 
-/** A custom layer is malformed or failed to start */
-export class LayerError extends CodedError {
-  static override name = 'LayerError'
-  constructor (message: string, options?: ErrorOptions) {
-    super('LAYER_FAILED', message, options)
-  }
-}
-
-/** Listeners of one kind of event; a listener's failure is its own */
-class Listeners<E> {
-  private readonly listeners = new Set<(event: E) => void>()
-
-  add (listener: (event: E) => void): () => void {
-    this.listeners.add(listener)
-    return () => { this.listeners.delete(listener) }
-  }
-
-  emit (event: E): void {
-    for (const l of this.listeners) {
-      try {
-        l(event)
-      } catch {
-        // a listener's failure is its own
-      }
-    }
-  }
-}
-
-class TaskEvents implements NodeEvents {
-  readonly tasks = new Listeners<NodeTaskEvent>()
-  readonly gateway = new Listeners<RelayEvent>()
-
-  onTask (listener: (event: NodeTaskEvent) => void): () => void {
-    return this.tasks.add(listener)
-  }
-
-  onGateway (listener: (event: RelayEvent) => void): () => void {
-    return this.gateway.add(listener)
-  }
-
-  emit (event: NodeTaskEvent): void {
-    this.tasks.emit(event)
-  }
-}
-
-function errorInfo (err: unknown): { code: string, message: string } {
-  const e = err as { code?: unknown, message?: unknown } | undefined
-  return {
-    code: typeof e?.code === 'string' ? e.code : 'HANDLER_ERROR',
-    message: typeof e?.message === 'string' ? e.message : String(err)
-  }
-}
+export { LayerError }
 
 class DefaultIoaNode implements IoaNode {
-  readonly events = new TaskEvents()
-  private readonly layers = new Map<string, IoaLayer>()
+  readonly logger: ComponentLogger
+  readonly events: TaskEvents
+  private readonly log: Logger
+  private readonly layers: Layers
   private readonly orchestrators = new Set<Orchestrator>()
   private stopping?: Promise<void>
   gateway?: IoaGateway
@@ -289,38 +249,25 @@ class DefaultIoaNode implements IoaNode {
     readonly datastore: Datastore,
     private readonly closeStore: () => Promise<void>,
     readonly keyStore: KeyStoreStatus
-  ) {}
+  ) {
+    this.logger = transport.logger
+    this.log = transport.logger.forComponent('ioa:node')
+    this.events = new TaskEvents(this.log)
+    this.layers = new Layers(this.log)
+  }
 
   async host (init: HostAgentOptions, options?: AbortOptions): Promise<HostedAgent> {
     const { handlers, ...card } = init
     const agent = await this.interconnect.host(card, options)
     await this.serve(agent, handlers ?? {})
+    this.log('hosting %s (%s)', agent.did, agent.card.card.name)
     return agent
   }
 
   async serve (agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void> {
     for (const [skill, handler] of Object.entries(handlers)) {
       if (typeof handler !== 'function') throw new TypeError(`The handler of ${skill} is not a function`)
-      await this.tasks.serve(agent.did, skill, this.observed(agent.did, skill, handler))
-    }
-  }
-
-  /** The handler, reporting its start and end to `events` */
-  private observed (agent: Did, skill: string, handler: SkillHandler): SkillHandler {
-    return async (input, ctx) => {
-      const started = Date.now()
-      const base = { agent, skill, taskId: ctx.task.id, caller: ctx.caller, root: ctx.chain.root }
-      this.events.emit({ type: 'task-started', ...base, at: started })
-      try {
-        const out = await handler(input, ctx)
-        const at = Date.now()
-        this.events.emit({ type: 'task-completed', ...base, at, duration: at - started })
-        return out
-      } catch (err) {
-        const at = Date.now()
-        this.events.emit({ type: 'task-failed', ...base, at, duration: at - started, error: errorInfo(err) })
-        throw err
-      }
+      await this.tasks.serve(agent.did, skill, observed(this.events, agent.did, skill, handler))
     }
   }
 
@@ -345,66 +292,16 @@ class DefaultIoaNode implements IoaNode {
     return this.layers.get(name) as T | undefined
   }
 
-  /** Start the domain gateway: an inner node in the domain network, bridged to this one */
+  /** Start the domain gateway (see `gateway.ts`) */
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
-    const { listen, bootstrap, domain, privateNetwork, ...rest } = g
-    const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
-    const { datastore, owned } = await openDatastore({ dataDir: dir })
-    let innerNode: TransportNode | undefined
-    let inner: Interconnect | undefined
-    try {
-      const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where: dir ?? 'memory' })
-      innerNode = await createTransportNode({
-        ...init.transport,
-        // the domain network's key, never the outer node's own
-        privateNetwork,
-        ...(privateNetwork != null ? { dhtProtocol: undefined } : {}),
-        ...keyOptions(keys, init),
-        listen: listen ?? ['/ip4/127.0.0.1/tcp/0'],
-        bootstrap: bootstrap ?? [],
-        datastore,
-        messaging: init.messaging
-      })
-      const d = domain ?? this.interconnect.domain
-      inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, keys, domain: d })
-      const gateway = await createGateway({ ...rest, domain: d, inner, outer: this.interconnect })
-      // tasks for exported agents are relayed too (this node then serves no tasks itself)
-      const relay = await createTaskGateway({ gateway, inner, outer: this.interconnect, onRelay: e => { this.events.gateway.emit(e) } }).catch(async (err) => {
-        await gateway.stop().catch(() => {})
-        throw err
-      })
-      const i = inner
-      const n = innerNode
-      this.gateway = { inner: i, gateway, addresses: () => n.getMultiaddrs().map(a => a.toString()) }
-      this.stopGateway = async () => {
-        await relay.stop().catch(() => {})
-        await gateway.stop().catch(() => {})
-        await i.stop().catch(() => {})
-        await Promise.resolve(n.stop()).catch(() => {})
-        if (owned) await (datastore as unknown as { close(): Promise<void> }).close().catch(() => {})
-      }
-    } catch (err) {
-      await inner?.stop().catch(() => {})
-      await Promise.resolve(innerNode?.stop()).catch(() => {})
-      if (owned) await (datastore as unknown as { close(): Promise<void> }).close().catch(() => {})
-      throw err
-    }
+    const started = await startGateway(g, init, this.interconnect, e => { this.events.gateway.emit(e) }, this.logger.forComponent('ioa:node:gateway'))
+    this.gateway = started.gateway
+    this.stopGateway = started.stop
   }
 
-  /** Start custom layers in order; on a failure the started ones are stopped */
+  /** Start custom layers in order */
   async startLayers (layers: IoaLayer[]): Promise<void> {
-    for (const layer of layers) {
-      if (typeof layer?.name !== 'string' || layer.name === '' || typeof layer.start !== 'function') {
-        throw new LayerError('A layer needs a non-empty name and a start(node) function')
-      }
-      if (this.layers.has(layer.name)) throw new LayerError(`Two layers are named ${layer.name}`)
-      try {
-        await layer.start(this)
-      } catch (err) {
-        throw new LayerError(`Layer ${layer.name} failed to start: ${(err as Error)?.message ?? err}`, { cause: err })
-      }
-      this.layers.set(layer.name, layer)
-    }
+    await this.layers.start(layers, this)
   }
 
   async discover (query: DiscoveryQuery, options?: DiscoverOptions): Promise<DiscoveredAgent[]> {
@@ -430,19 +327,17 @@ class DefaultIoaNode implements IoaNode {
   }
 
   private async doStop (): Promise<void> {
-    for (const layer of [...this.layers.values()].reverse()) {
-      // a layer that fails to stop (even by throwing at once) does not keep the others up
-      await (async () => { await layer.stop?.() })().catch(() => {})
-    }
-    this.layers.clear()
-    for (const o of this.orchestrators) await o.stop().catch(() => {})
+    this.log('stopping')
+    await this.layers.stop()
+    for (const o of this.orchestrators) await attempt(this.log, 'stopping an orchestrator', async () => { await o.stop() })
     this.orchestrators.clear()
-    await this.stopGateway?.().catch(() => {})
+    await this.stopGateway?.()
     await this.tasks.stop()
     await this.revocations.stop()
     await this.interconnect.stop()
     await this.transport.stop()
     await this.closeStore()
+    this.log('stopped')
   }
 }
 
@@ -456,9 +351,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   const { datastore, owned } = init.datastore != null
     ? { datastore: init.datastore, owned: false }
     : await openDatastore({ dataDir: init.dataDir })
-  const closeStore = async (): Promise<void> => {
-    if (owned) await (datastore as unknown as { close(): Promise<void> }).close()
-  }
+  const closeStore = async (): Promise<void> => { await closeOwned(datastore, owned) }
 
   let transport: TransportNode | undefined
   let interconnect: Interconnect | undefined
@@ -467,7 +360,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where })
     transport = await createTransportNode({
       ...init.transport,
-      ...keyOptions(keys, init),
+      ...nodeKeyOption(keys, init.transport?.privateKey),
       listen: init.listen,
       bootstrap: init.bootstrap,
       datastore,
@@ -491,97 +384,23 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     })
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
     const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore)
+    const log = transport.logger.forComponent('ioa:node')
     try {
       if (init.gateway != null) await node.startGateway(init.gateway, init)
       await node.startLayers(init.layers ?? [])
     } catch (err) {
-      await node.stop().catch(() => {})
+      await attempt(log, 'stopping the node after a failed start', async () => { await node.stop() })
       throw err
     }
+    log('started %s, listening on %s', transport.peerId.toString(), node.addresses().join(', '))
     return node
   } catch (err) {
     if ((err as Error)?.name === LayerError.name) throw err
-    await interconnect?.stop().catch(() => {})
-    await Promise.resolve(transport?.stop()).catch(() => {})
-    await closeStore().catch(() => {})
+    const log = (transport?.logger ?? defaultLogger()).forComponent('ioa:node')
+    log.error('failed to start: %e', err)
+    await attempt(log, 'stopping the interconnect', async () => { await interconnect?.stop() })
+    await attempt(log, 'stopping the transport', async () => { await transport?.stop() })
+    await attempt(log, 'closing the datastore', closeStore)
     throw err
   }
-}
-
-/** The peer key of an encrypted key store (a key given in `transport.privateKey` wins) */
-function keyOptions (keys: EncryptedKeyStore | undefined, init: IoaNodeInit): Pick<TransportNodeInit, 'privateKey'> {
-  const privateKey = init.transport?.privateKey ?? keys?.nodeKey
-  return privateKey != null ? { privateKey } : {}
-}
-
-/**
- * Node options from a validated config file. The domain network's key comes
- * from the config or from `options.env` (see `domainKeySource`): it closes
- * the gateway's inner node when the config runs a gateway, else this node
- * (behind gateways).
- */
-export function initFromConfig (config: NodeConfig | unknown, options: DomainKeyOptions = {}): IoaNodeInit {
-  const c = parseConfig(config)
-  const domainKey = domainKeySource(c, options)
-  return {
-    listen: c.listen,
-    bootstrap: c.bootstrap,
-    dataDir: c.dataDir,
-    ...(c.keyStore?.insecurePlaintext === true ? { keyStore: { insecurePlaintext: true } } : {}),
-    domain: c.domain,
-    transport: {
-      providerTtl: c.providerTtl,
-      maxConnections: c.limits?.maxConnections,
-      allow: c.limits?.allow ?? [],
-      transports: ['tcp', 'websockets'],
-      ...(domainKey != null && c.gateway == null ? { privateNetwork: domainKey.init } : {})
-    },
-    messaging: {
-      maxFrameSize: c.limits?.maxFrameSize,
-      maxInFlightPerPeer: c.limits?.maxInFlightPerPeer,
-      requestTimeout: c.limits?.requestTimeout
-    },
-    ...(c.behindGateways != null
-      ? {
-          interconnect: {
-            private: true,
-            gateways: c.behindGateways.map(g => g.outer),
-            trustedGateways: c.behindGateways.map(g => g.inner)
-          }
-        }
-      : {}),
-    tasks: {
-      leaseInterval: c.tasks?.leaseInterval,
-      roots: c.tasks?.roots,
-      maxDepth: c.tasks?.maxDepth,
-      clockSkew: c.tasks?.clockSkew,
-      abandonAfter: c.tasks?.abandonAfter,
-      ...(c.tasks != null ? taskLimitsOf(c.tasks) : {}),
-      ...(c.tasks?.retention != null ? { retention: c.tasks.retention } : {}),
-      ...(c.tasks?.enforceConstraints === true ? { policy: constraintPolicy() } : {})
-    },
-    ...(c.gateway != null
-      ? {
-          gateway: {
-            domain: c.gateway.domain,
-            listen: c.gateway.listen,
-            bootstrap: c.gateway.bootstrap,
-            exports: c.gateway.exports,
-            innerCapabilities: c.gateway.innerCapabilities,
-            rateLimit: c.gateway.rateLimit,
-            refreshInterval: c.gateway.refreshInterval,
-            privateNetwork: domainKey?.init
-          }
-        }
-      : {})
-  }
-}
-
-/** The fair-share limits a config sets (unset ones keep the service's defaults) */
-function taskLimitsOf (t: TasksConfig): Pick<TaskServiceInit, 'limits'> {
-  const limits: Partial<TaskLimits> = {}
-  if (t.maxActiveTasksPerPeer != null) limits.maxActiveTasksPerPeer = t.maxActiveTasksPerPeer
-  if (t.maxActiveTasksPerCaller != null) limits.maxActiveTasksPerCaller = t.maxActiveTasksPerCaller
-  if (t.maxActiveTasksPerAddress != null) limits.maxActiveTasksPerAddress = t.maxActiveTasksPerAddress
-  return Object.keys(limits).length > 0 ? { limits } : {}
 }

@@ -7,27 +7,23 @@
  */
 import { randomBytes } from 'node:crypto'
 import { identityFromPrivateKey } from '@ioa/interconnect'
-import { CodedError } from '@ioa/transport'
 import { generateKeyPair, privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { keychain } from '@libp2p/keychain'
 import { defaultLogger } from '@libp2p/logger'
 import { MemoryDatastore, NamespaceDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
+import { KeyStoreError } from './errors.js'
 import type { AgentKeyStore, Identity } from '@ioa/interconnect'
 import type { ComponentLogger, Logger, PrivateKey } from '@libp2p/interface'
 import type { DEKConfig, Keychain } from '@libp2p/keychain'
 import type { Datastore } from 'interface-datastore'
 
-/** The key store cannot be opened or used as asked; `code` says why */
-export class KeyStoreError extends CodedError {
-  static override name = 'KeyStoreError'
-  /** Where the passphrase came from (`keyStore.passphraseFile`, `$IOA_KEY_PASSPHRASE`), when that is at fault */
-  readonly field?: string
+export { KeyStoreError }
 
-  constructor (code: string, message: string, options: { field?: string, cause?: unknown } = {}) {
-    super(code, message, options.cause != null ? { cause: options.cause } : undefined)
-    this.field = options.field
-  }
+/** The peer key option of a node: `override` (a key given in `transport.privateKey`) wins over the key store's */
+export function nodeKeyOption (keys: EncryptedKeyStore | undefined, override?: PrivateKey): { privateKey?: PrivateKey } {
+  const privateKey = override ?? keys?.nodeKey
+  return privateKey != null ? { privateKey } : {}
 }
 
 /** Fixed parameters of the key store (`spec/interconnect.md` §10) */
@@ -171,7 +167,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
   static async open (datastore: Datastore, options: OpenKeyStoreOptions & { passphrase: string }): Promise<EncryptedKeyStore> {
     const started = Date.now()
     const logger = options.logger ?? defaultLogger()
-    const log = logger.forComponent('ioa:node:keystore')
+    const log = logger.forComponent('ioa:node:keys')
     if (options.passphrase.length < KEYSTORE_DEFAULTS.minPassphraseLength) {
       throw new KeyStoreError('PASSPHRASE_TOO_SHORT', `The key store passphrase has ${options.passphrase.length} characters: it needs at least ${KEYSTORE_DEFAULTS.minPassphraseLength}`, { field: options.source })
     }
@@ -215,6 +211,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
       // the promise is the cache entry, so concurrent calls share one decryption
       identity = this.load(name, options)
       this.cache.set(name, identity)
+      // handled: a failed load is not cached (the caller gets the error from `identity`)
       identity.catch(() => { this.cache.delete(name) })
     }
     return identity
@@ -329,7 +326,7 @@ async function compact (datastore: Datastore): Promise<boolean> {
 export async function openKeyStore (datastore: Datastore, options: OpenKeyStoreOptions): Promise<EncryptedKeyStore | undefined> {
   const { passphrase } = options
   if (passphrase != null) return EncryptedKeyStore.open(datastore, { ...options, passphrase })
-  const log = (options.logger ?? defaultLogger()).forComponent('ioa:node:keystore')
+  const log = (options.logger ?? defaultLogger()).forComponent('ioa:node:keys')
   if (await datastore.has(new Key(KEYSTORE_PARAMS_KEY))) {
     throw new KeyStoreError('PASSPHRASE_REQUIRED', `The keys in ${options.where} are encrypted: give the passphrase (keyStore.passphraseFile in the config, or $IOA_KEY_PASSPHRASE)`, { field: options.source })
   }
@@ -384,7 +381,7 @@ export async function changePassphrase (datastore: Datastore, options: ChangePas
   batch.put(new Key(KEYSTORE_PARAMS_KEY), Buffer.from(JSON.stringify(params)))
   await batch.commit()
   await compact(datastore)
-  logger.forComponent('ioa:node:keystore')('re-encrypted %d key(s) of %s under a new passphrase', names.length + 1, options.where)
+  logger.forComponent('ioa:node:keys')('re-encrypted %d key(s) of %s under a new passphrase', names.length + 1, options.where)
   return names.length + 1
 }
 

@@ -4,10 +4,12 @@
  * JavaScript module, or an external program on stdio).
  */
 import { pathToFileURL } from 'node:url'
+import { defaultLogger } from '@libp2p/logger'
 import { ConfigError, parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
 import { startExternalAgent } from './external-agent.js'
 import { createIoaNode, initFromConfig } from './ioa-node.js'
+import { attempt } from './logging.js'
 import { keyStoreFromConfig } from './passphrase.js'
 import type { AgentConfig, NodeConfig } from './config.js'
 import type { ExternalAgent } from './external-agent.js'
@@ -80,11 +82,13 @@ export interface StartedNode {
  */
 export async function startFromConfig (config: NodeConfig | unknown, options: StartFromConfigOptions = {}): Promise<StartedNode> {
   const c = parseConfig(config)
+  let log = defaultLogger().forComponent('ioa:node:config')
   const emit = (source: string, event: string, data: Record<string, unknown> = {}): void => {
     try {
       options.onEvent?.({ at: Date.now(), source, event, data })
-    } catch {
-      // a listener's failure is its own
+    } catch (err) {
+      // a listener's failure is its own: logged, the node goes on
+      log.error('onEvent listener failed on %s %s: %e', source, event, err)
     }
   }
   if (c.gateway != null) {
@@ -122,6 +126,7 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     if ((err as Error)?.name === 'InvalidDomainKeyError') throw new ConfigError((err as Error).message, domainKeySource(c, keyOptions)?.field)
     throw err
   })
+  log = node.logger.forComponent('ioa:node:config')
   if (node.keyStore.migrated > 0) {
     emit('node', 'keys-migrated', { count: node.keyStore.migrated, text: `encrypted ${node.keyStore.migrated} plaintext key(s) of ${init.dataDir ?? 'the datastore'}; the plaintext is deleted` })
   }
@@ -145,8 +150,8 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
 
   const stop = async (): Promise<void> => {
     controller.abort()
-    for (const impl of impls.reverse()) await Promise.resolve(impl.stop?.()).catch(() => {})
-    for (const ext of externals) await ext.stop().catch(() => {})
+    for (const impl of impls.reverse()) await attempt(log, 'stopping an agent module', async () => { await impl.stop?.() })
+    for (const ext of externals) await attempt(log, `stopping agent program ${ext.pid ?? ''}`, async () => { await ext.stop() })
     offTasks()
     offGateway()
     await node.stop()
@@ -193,8 +198,10 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     }
     for (const impl of impls) await impl.start?.()
   } catch (err) {
-    await stop().catch(() => {})
+    log.error('agents failed to start: %e', err)
+    await attempt(log, 'stopping the node after a failed start', stop)
     throw err
   }
+  log('started %d agent(s): %s', running.length, running.map(r => `${r.config.key} (${r.kind})`).join(', '))
   return { node, agents: running, stop }
 }

@@ -454,3 +454,34 @@ describe('ioa start, stopping', () => {
     expect(lines.filter(l => l.type === 'ready')).toHaveLength(1)
   })
 })
+
+describe('ioa start --log', () => {
+  it('--log ioa:node* writes the node\'s debug lines to stderr; stdout stays JSON lines only', async () => {
+    const env: Record<string, string | undefined> = { ...process.env, IOA_HOME: home }
+    delete env.DEBUG
+    const child = spawn(process.execPath, [BIN, 'start', '--json', '--log', 'ioa:node*'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', (c: string) => { stdout += c })
+    child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+    await until(() => stdout.includes('"type":"ready"'), { timeout: 30_000, what: `the ready line (stderr: ${stderr})` })
+    const exited = once(child, 'exit')
+    child.kill('SIGTERM')
+    const [code] = await exited
+    expect(code).toBe(0)
+    const out = jsonLines(stdout)
+    expect(out[0].type).toBe('ready')
+    expect(out.at(-1).type).toBe('stopped')
+    expect(out.every(l => l.type === 'ready' || l.type === 'event' || l.type === 'stopped')).toBe(true)
+    expect(stderr).toMatch(/ioa:node started 12D3KooW/)
+    expect(stderr).toMatch(/ioa:node stopped/)
+    // a namespace outside the pattern stays off
+    expect(stderr).not.toMatch(/libp2p:/)
+  }, 60_000)
+
+  it('--log without namespaces is a usage error naming --log (exit 2)', async () => {
+    const run = await ioa(['start', '--log', '', '--json'])
+    expect(run.code).toBe(2)
+    expect(errorLine(run)).toMatchObject({ code: 'USAGE', field: '--log' })
+  })
+})

@@ -5,6 +5,12 @@
  *
  * This module and the command specs load no libp2p code: `--help` and usage
  * errors answer at once; a command imports the layers when it runs.
+ *
+ * Kept on `node:util` `parseArgs` rather than a CLI library (commander,
+ * yargs): it is built in (no dependency, no start-up cost for `--help`), it
+ * is strict about unknown flags, and the help and exit-2 usage errors that
+ * `docs/cli.md` specifies (naming the flag at fault) are ours to word, which
+ * the libraries would print in their own way.
  */
 import { readFile, stat } from 'node:fs/promises'
 import { homedir } from 'node:os'

@@ -5,9 +5,12 @@
  */
 import { access, mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
+import { defaultLogger } from '@libp2p/logger'
 import { multiaddr } from '@multiformats/multiaddr'
 import { LevelDatastore } from 'datastore-level'
+import delay from 'delay'
 import { createIoaNode } from '../ioa-node.js'
+import { attempt } from '../logging.js'
 import { passphraseFromEnv } from '../passphrase.js'
 import { peerOf } from './args.js'
 import { CliError, oneLine } from './errors.js'
@@ -47,8 +50,9 @@ export async function openClient (init: ClientInit): Promise<Client> {
   let closing: Promise<void> | undefined
   const close = async (): Promise<void> => {
     closing ??= (async () => {
-      await node?.stop().catch(() => {})
-      await datastore.close().catch(() => {})
+      const log = (node?.logger ?? defaultLogger()).forComponent('ioa:node:cli')
+      await attempt(log, 'stopping the client node', async () => { await node?.stop() })
+      await attempt(log, 'closing the client data directory', async () => { await datastore.close() })
     })()
     await closing
   }
@@ -136,7 +140,7 @@ async function joinNetwork (node: IoaNode, init: ClientInit): Promise<string[]> 
       if (signal.aborted) {
         throw new CliError('BOOTSTRAP_UNREACHABLE', `Connected to ${connected.length} bootstrap peer(s) but found no DHT peer within ${init.timeout} ms (do they run an ioa node?)`, { field: '--bootstrap' })
       }
-      await new Promise(resolve => setTimeout(resolve, 25))
+      await delay(25)
     }
   }
   init.out.progress(`connected to ${connected.length} of ${n} (${Date.now() - started} ms)`)

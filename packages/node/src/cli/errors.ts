@@ -2,6 +2,7 @@
  * Errors of the `ioa` command-line tool and how any error becomes its one
  * error line and exit code.
  */
+import { CodedError } from '@ioa/transport'
 
 /** Exit codes of every `ioa` command */
 export const EXIT = Object.freeze({
@@ -14,17 +15,14 @@ export const EXIT = Object.freeze({
 })
 
 /** An error the CLI reports with its own code and exit status */
-export class CliError extends Error {
+export class CliError extends CodedError {
   static override name = 'CliError'
-  readonly code: string
   readonly exit: number
   /** The flag or config field at fault */
   readonly field?: string
 
   constructor (code: string, message: string, options: { exit?: number, field?: string, cause?: unknown } = {}) {
-    super(message, options.cause != null ? { cause: options.cause } : undefined)
-    this.name = CliError.name
-    this.code = code
+    super(code, message, options.cause != null ? { cause: options.cause } : undefined)
     this.exit = options.exit ?? EXIT.failed
     this.field = options.field
   }
@@ -35,7 +33,6 @@ export class UsageError extends CliError {
   static override name = 'UsageError'
   constructor (message: string, field?: string, code = 'USAGE') {
     super(code, message, { exit: EXIT.usage, field })
-    this.name = UsageError.name
   }
 }
 

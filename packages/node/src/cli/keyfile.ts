@@ -60,6 +60,7 @@ export async function parseKeyFile (text: string, where: string): Promise<{ file
   try {
     json = JSON.parse(text)
   } catch {
+    // the parser's error is replaced by the key file error it means
     throw keyError(`${where} is not a key file (not JSON)`)
   }
   const f = json as Record<string, unknown> | null

@@ -30,6 +30,7 @@ function version (): string {
     const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string }
     return pkg.version ?? 'unknown'
   } catch {
+    // handled: no readable package.json (a bundled copy) means an unknown version
     return 'unknown'
   }
 }

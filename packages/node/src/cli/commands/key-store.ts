@@ -4,8 +4,10 @@
  * passphrase for an encrypted one (spec/interconnect.md §1.3).
  */
 import { access } from 'node:fs/promises'
+import { defaultLogger } from '@libp2p/logger'
 import { join, resolve } from 'node:path'
 import { clientDataDir } from '../args.js'
+import { attempt } from '../../logging.js'
 import { CliError, EXIT } from '../errors.js'
 import type { Args, CommandContext, CommandSpec } from '../args.js'
 import type { KeyStoreInit } from '../../keystore.js'
@@ -76,7 +78,7 @@ async function withDataDir<T> (dir: string, fn: (store: Datastore) => Promise<T>
   try {
     return await fn(store)
   } finally {
-    await store.close().catch(() => {})
+    await attempt(defaultLogger().forComponent('ioa:node:cli'), `closing ${dir}`, async () => { await store.close() })
   }
 }
 

@@ -4,6 +4,8 @@
  * node event, `stopped` (docs/cli.md, "ioa start --json").
  */
 import { resolve } from 'node:path'
+import { defaultLogger } from '@libp2p/logger'
+import { enableLogging } from '../../logging.js'
 import { parseMultiaddr } from '../args.js'
 import { UsageError, errorReport } from '../errors.js'
 import { compact, elapsed } from '../output.js'
@@ -38,12 +40,14 @@ export interface EventLine {
 export const startCommand: CommandSpec = {
   name: 'start',
   summary: 'run a node (its agents, gateway) from a config file until Ctrl-C',
-  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--gateway-bootstrap <multiaddr>]... [--json]'],
+  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--gateway-bootstrap <multiaddr>]... [--log <namespaces>] [--json]'],
   description: [
     'Starts the node described by the config file (see docs/cli.md and the config reference), with the',
     'flags replacing the config\'s fields, and prints what happens until SIGINT or SIGTERM stops it.',
     'With --json, stdout carries JSON lines: {"type":"ready",…} first, then {"type":"event",…} per',
-    'event, and {"type":"stopped"} after a clean stop.'
+    'event, and {"type":"stopped"} after a clean stop.',
+    'With --log, the debug logs of those namespaces (ioa:node, ioa:node:agents, :config, :gateway, :keys,',
+    ':cli, the other layers\' ioa:*, libp2p:*) go to stderr; stdout is unchanged.'
   ].join('\n'),
   options: {
     config: { type: 'string', value: '<file>', description: 'the node\'s JSON config file (default: an empty config)' },
@@ -51,11 +55,13 @@ export const startCommand: CommandSpec = {
     bootstrap: { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer to join through, with /p2p/ (replaces the config\'s bootstrap)' },
     'data-dir': { type: 'string', value: '<dir>', description: 'LevelDB state directory (replaces the config\'s dataDir; default: in memory)' },
     domain: { type: 'string', value: '<domain>', description: 'domain of the hosted agents (replaces the config\'s domain)' },
-    'gateway-bootstrap': { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer of the domain network the gateway joins (sets gateway.bootstrap)' }
+    'gateway-bootstrap': { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer of the domain network the gateway joins (sets gateway.bootstrap)' },
+    log: { type: 'string', value: '<namespaces>', description: 'debug log namespaces to stderr, as DEBUG takes them (e.g. \'ioa:*\', \'ioa:node*,libp2p:dial*\')' }
   },
   examples: [
     'ioa start --config node.json',
-    'ioa start --config hotel.json --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW… --json'
+    'ioa start --config hotel.json --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW… --json',
+    'ioa start --config node.json --log \'ioa:*\''
   ],
   run: runStart
 }
@@ -112,6 +118,12 @@ export function readyLine (started: StartedNode): ReadyLine {
 async function runStart (args: Args, ctx: CommandContext): Promise<number> {
   const out = ctx.out
   const t0 = Date.now()
+  const namespaces = args.string('log')
+  if (namespaces != null) {
+    if (namespaces.trim() === '') throw new UsageError('--log needs namespaces, e.g. \'ioa:*\'', '--log')
+    // before the node is created, so that its loggers see the namespaces
+    enableLogging(namespaces)
+  }
   const config = await startConfig(args, ctx.cwd)
 
   // events that happen while the node starts wait for the ready line
@@ -148,7 +160,10 @@ async function runStart (args: Args, ctx: CommandContext): Promise<number> {
   if (ready.agents.length > 0) {
     void started.node.interconnect.announced({ signal: ctx.signal }).then(() => {
       if (!ctx.signal.aborted) onEvent({ at: Date.now(), source: 'node', event: 'announced', data: { agents: ready.agents.length } })
-    }, () => {})
+    }, (err) => {
+      // the stop aborted the wait, or an announcement failed: no `announced` line then
+      defaultLogger().forComponent('ioa:node:cli')('announcements not confirmed: %s', (err as Error)?.message ?? err)
+    })
   }
 
   if (!ctx.signal.aborted) {

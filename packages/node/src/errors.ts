@@ -1,0 +1,128 @@
+/**
+ * Error classes of the node package, written out: each has a `static name`
+ * (the instances' `name`) and a stable `static code` (the instances' `code`),
+ * on the transport's `CodedError` base. Tests and callers assert on name and
+ * code, never on the message.
+ */
+import { CodedError } from '@ioa/transport'
+
+/** A config file or config object is invalid (the CLI exits 2 naming `field`) */
+export class ConfigError extends CodedError {
+  static override name = 'ConfigError'
+  static code = 'INVALID_CONFIG'
+  /** Dotted path of the bad field, e.g. `agents.0.skills` */
+  readonly field?: string
+
+  constructor (message: string, field?: string, options?: ErrorOptions) {
+    super(ConfigError.code, message, options)
+    this.field = field
+  }
+}
+
+/** A custom layer is malformed or failed to start */
+export class LayerError extends CodedError {
+  static override name = 'LayerError'
+  static code = 'LAYER_FAILED'
+  constructor (message: string, options?: ErrorOptions) {
+    super(LayerError.code, message, options)
+  }
+}
+
+/**
+ * The key store cannot be opened or changed; `code` says why
+ * (`PASSPHRASE_REQUIRED`, `WRONG_PASSPHRASE`, ...). The CLI exits 2 naming `field`.
+ */
+export class KeyStoreError extends CodedError {
+  static override name = 'KeyStoreError'
+  /** Where the passphrase came from (`keyStore.passphraseFile`, `$IOA_KEY_PASSPHRASE`), when that is at fault */
+  readonly field?: string
+
+  constructor (code: string, message: string, options: { field?: string, cause?: unknown } = {}) {
+    super(code, message, options.cause != null ? { cause: options.cause } : undefined)
+    this.field = options.field
+  }
+}
+
+// ---- external agents (`spec/node-agents.md`, "Errors") -----------------------
+
+/** Base class of the external agent errors; `code` is stable */
+export class ExternalAgentError extends CodedError {
+  static override name = 'ExternalAgentError'
+}
+
+/** The program could not be started, or exited before its hello */
+export class AgentStartError extends ExternalAgentError {
+  static override name = 'AgentStartError'
+  static code = 'AGENT_START_FAILED'
+  constructor (message = 'The agent program failed to start', options?: ErrorOptions) {
+    super(AgentStartError.code, message, options)
+  }
+}
+
+/** No hello within `startTimeout` */
+export class AgentStartTimeoutError extends ExternalAgentError {
+  static override name = 'AgentStartTimeoutError'
+  static code = 'AGENT_START_TIMEOUT'
+  constructor (message = 'The agent program sent no hello in time', options?: ErrorOptions) {
+    super(AgentStartTimeoutError.code, message, options)
+  }
+}
+
+/** The hello names another protocol (version) */
+export class UnsupportedProtocolError extends ExternalAgentError {
+  static override name = 'UnsupportedProtocolError'
+  static code = 'UNSUPPORTED_PROTOCOL'
+  constructor (message = 'Unsupported agent protocol', options?: ErrorOptions) {
+    super(UnsupportedProtocolError.code, message, options)
+  }
+}
+
+/** The hello lacks a skill the configuration gives the agent */
+export class SkillMismatchError extends ExternalAgentError {
+  static override name = 'SkillMismatchError'
+  static code = 'SKILL_MISMATCH'
+  constructor (message = 'The program does not serve a configured skill', options?: ErrorOptions) {
+    super(SkillMismatchError.code, message, options)
+  }
+}
+
+/** A line of the program is not a valid protocol message */
+export class AgentProtocolError extends ExternalAgentError {
+  static override name = 'AgentProtocolError'
+  static code = 'AGENT_PROTOCOL_ERROR'
+  constructor (message = 'Agent protocol error', options?: ErrorOptions) {
+    super(AgentProtocolError.code, message, options)
+  }
+}
+
+/** A line is longer than `maxLineBytes` */
+export class LineTooLongError extends ExternalAgentError {
+  static override name = 'LineTooLongError'
+  static code = 'LINE_TOO_LONG'
+  constructor (message = 'Line too long', options?: ErrorOptions) {
+    super(LineTooLongError.code, message, options)
+  }
+}
+
+/** The program exited (or was stopped) while the task ran */
+export class AgentExitedError extends ExternalAgentError {
+  static override name = 'AgentExitedError'
+  static code = 'AGENT_EXITED'
+  constructor (message = 'The agent program exited', options?: ErrorOptions) {
+    super(AgentExitedError.code, message, options)
+  }
+}
+
+/** More than `maxConcurrentTasks` tasks at once */
+export class TooManyTasksError extends ExternalAgentError {
+  static override name = 'TooManyTasksError'
+  static code = 'TOO_MANY_TASKS'
+  constructor (message = 'Too many concurrent tasks', options?: ErrorOptions) {
+    super(TooManyTasksError.code, message, options)
+  }
+}
+
+/** The error a program reported for a task (`{"type":"error"}`): its code is the program's */
+export class AgentTaskError extends ExternalAgentError {
+  static override name = 'AgentTaskError'
+}

@@ -14,7 +14,7 @@ import { equals as bytesEqual } from 'uint8arrays/equals'
 import {
   ChainTooDeepError, EscalationError, InvalidSignatureError, InvalidTokenError, PrincipalMismatchError,
   RevokedError, TokenExpiredError, TokenNotYetValidError
-} from './errors.js'
+} from '../errors.js'
 import { signWith, verifyEd25519 } from './ed25519.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { PublicKey } from '@libp2p/interface'

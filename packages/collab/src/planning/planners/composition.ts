@@ -10,7 +10,7 @@
  * `$input` and `$ref`, and each step depends on the steps it takes values from.
  */
 import type { Skill } from '@ioa/interconnect'
-import { PlannerFailedError } from '../errors.js'
+import { PlannerFailedError } from '../../errors.js'
 import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
 import type { Goal, Plan, Planner, PlannerContext, PlanStep, SkillInfo } from '../plan.js'
 

@@ -16,7 +16,7 @@ import { toString as uint8ToString } from 'uint8arrays/to-string'
 import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain, verifySignature } from './delegation.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
-} from './errors.js'
+} from '../errors.js'
 import { signWith } from './ed25519.js'
 import { ReplayCache } from './replay-cache.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'

@@ -24,9 +24,9 @@
 import { UnknownAgentError } from '@ioa/interconnect'
 import { CanceledError } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { CollabError, UnauthorizedError, UnknownTaskError } from './errors.js'
-import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './task-service.js'
-import type { TaskEvent } from './task-service.js'
+import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
+import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './service.js'
+import type { TaskEvent } from './service.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
 

@@ -10,7 +10,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { assertCapability } from '@ioa/interconnect'
 import type { DiscoveredAgent, DiscoveryQuery, Skill } from '@ioa/interconnect'
 import { z } from 'zod'
-import { InvalidPlanError, PlannerFailedError } from './errors.js'
+import { InvalidPlanError, PlannerFailedError } from '../errors.js'
 
 /** What someone wants done */
 export interface Goal {

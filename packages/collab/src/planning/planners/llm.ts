@@ -7,7 +7,7 @@
  * response contract is in `spec/collab-plans.md`.
  */
 import { capabilityMatches } from '@ioa/interconnect'
-import { PlannerFailedError } from '../errors.js'
+import { PlannerFailedError } from '../../errors.js'
 import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
 import type { Goal, Plan, Planner, PlannerContext } from '../plan.js'
 

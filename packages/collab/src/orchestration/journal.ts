@@ -9,9 +9,9 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
-import type { Token } from './delegation.js'
-import type { Plan } from './plan.js'
-import type { TaskError, TaskState } from './tasks.js'
+import type { Token } from '../auth/delegation.js'
+import type { Plan } from '../planning/plan.js'
+import type { TaskError, TaskState } from '../tasks/model.js'
 import type { Did } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 

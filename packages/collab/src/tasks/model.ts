@@ -8,7 +8,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
-import { CollabError } from './errors.js'
+import { CollabError } from '../errors.js'
 import type { Did } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 

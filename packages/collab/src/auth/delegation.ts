@@ -156,6 +156,7 @@ function publicKeyOf (did: unknown): PublicKey | undefined {
     try {
       key = didToPublicKey(did)
     } catch {
+      // not an Ed25519 did:key: no key (the caller reports the bad issuer)
       return undefined
     }
     if (keyCache.size >= KEY_CACHE_MAX) keyCache.delete(keyCache.keys().next().value as string)
@@ -281,6 +282,7 @@ export function isTokenCid (s: unknown): s is string {
     ok = cid.version === 1 && cid.code === DAG_CBOR && cid.multihash.code === SHA2_256 &&
       cid.multihash.digest.length === 32 && cid.toString() === s
   } catch {
+    // does not parse: not a token CID
     return false
   }
   if (ok) {
@@ -497,6 +499,7 @@ function sameValue (a: unknown, b: unknown): boolean {
   try {
     return bytesEqual(dagCbor.encode(a), dagCbor.encode(b))
   } catch {
+    // a value DAG-CBOR cannot encode equals nothing
     return false
   }
 }

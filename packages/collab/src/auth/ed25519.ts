@@ -44,6 +44,7 @@ export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Arr
     try {
       return await key.verify(data, sig)
     } catch {
+      // a key or signature the library refuses is a bad signature (the contract: never throws)
       return false
     }
   }
@@ -56,6 +57,7 @@ export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Arr
     }
     return c.verify(null, data, obj, sig)
   } catch {
+    // a key or signature node:crypto refuses is a bad signature (the contract: never throws)
     return false
   }
 }

@@ -48,6 +48,7 @@ function deepEqual (a: unknown, b: unknown): boolean {
     const y = dagCbor.encode(b)
     return x.length === y.length && x.every((v, i) => v === y[i])
   } catch {
+    // a value DAG-CBOR cannot encode equals nothing
     return false
   }
 }

@@ -565,7 +565,8 @@ export async function createRevocationService (node: TransportNode, store: Revoc
 
   const track = (p: Promise<unknown>): void => {
     floods.add(p)
-    p.catch(() => {}).finally(() => { floods.delete(p) })
+    // a background flood has no caller to tell: its end is logged (publish's caller also gets it)
+    p.catch((err: unknown) => { log('a revocation flood ended early: %e', err) }).finally(() => { floods.delete(p) })
   }
 
   const announced = async (payload: unknown, ctx: RequestContext): Promise<{ new: boolean }> => {

@@ -167,11 +167,15 @@ export class TaskExecutor {
 
   async stop (): Promise<void> {
     if (this.starting == null) return
+    // a failed start was reported to its caller; stop undoes what it did
     await this.starting.catch(() => {})
     this.starting = undefined
     if (this.started) {
       this.started = false
-      await this.ic.node.services.messaging.unhandle(TASK_PROTOCOL).catch(() => {})
+      await this.ic.node.services.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
+        // stopping goes on: the node may be stopping too
+        this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
+      })
     }
     const running = [...this.live.values()]
     for (const live of running) {
@@ -211,6 +215,7 @@ export class TaskExecutor {
 
   private async locked<T> (key: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(key) ?? Promise.resolve()
+    // the previous holder's failure is its own (it got `run`); the next one only waits for it
     const run = prev.catch(() => {}).then(fn)
     const tail = run.catch(() => {})
     this.locks.set(key, tail)
@@ -227,8 +232,9 @@ export class TaskExecutor {
     live.writing = live.writing.then(async () => {
       live.saveQueued = false
       await this.store.put(live.record)
-    }).catch(() => {
+    }).catch((err: unknown) => {
       // the datastore failed: the in-memory task goes on; the next change writes again
+      this.log.error('could not store task %s of %s: %e', live.record.snapshot.id, live.record.agent, err)
     })
   }
 
@@ -395,6 +401,7 @@ export class TaskExecutor {
       // the first write heads the task's chain of writes, so a change made
       // meanwhile (a cancel) is never overwritten by it
       const first = this.store.put(record)
+      // (the first write's failure is awaited and handled just below)
       live.writing = first.catch(() => {})
       try {
         await first

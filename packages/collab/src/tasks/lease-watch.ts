@@ -12,6 +12,7 @@ import { MAX_LEASE, MIN_LEASE, TRANSIENT, eventState, eventTaskId, parseEvent } 
 import type { TaskEvent } from './api.js'
 import type { TaskState } from './model.js'
 import type { Did, Outcome } from '@ioa/interconnect'
+import type { Logger } from '@libp2p/interface'
 
 /**
  * The requester heard nothing from the executor (no status, artifact or
@@ -34,6 +35,7 @@ export interface LeaseWatchHost {
   /** The first lease interval assumed, before the executor announces its own */
   readonly lease: number
   readonly requestTimeout: number
+  readonly log: Logger
   /** Peers to try for an agent: 'local' when it is served here */
   peersOf(to: Did, taskId: string | undefined, signal?: AbortSignal, fresh?: boolean): Promise<string[]>
   openStream(peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown>
@@ -113,7 +115,12 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
       failure = err
     } finally {
       clearTimeout(timer)
-      if (source != null) await source.return(undefined).catch(() => {})
+      if (source != null) {
+        await source.return(undefined).catch((closeErr: unknown) => {
+          // the attempt is over either way; its own outcome is `failure`
+          host.log.trace('closing the stream of task %s: %e', taskId, closeErr)
+        })
+      }
       outer?.removeEventListener('abort', onOuter)
     }
     if (outer?.aborted === true) throw outer.reason
@@ -127,7 +134,11 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
       if (index >= candidates.length && !resolvedFresh && submit != null && candidates[0] !== 'local') {
         // the route may be stale: look the agent up again once
         resolvedFresh = true
-        candidates = await host.peersOf(to, undefined, outer, true).catch(() => [])
+        candidates = await host.peersOf(to, undefined, outer, true).catch((lookupErr: unknown) => {
+          // no fresh route: the attempts' own error is reported below
+          host.log('could not look %s up again for task %s: %e', to, taskId, lookupErr)
+          return []
+        })
         index = 0
       }
       if (index >= candidates.length) {

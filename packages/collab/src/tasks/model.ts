@@ -330,6 +330,7 @@ function decodeRecord (bytes: Uint8Array): TaskRecord | undefined {
     if (r?.v !== 1 || r.snapshot == null || !isTaskState(r.snapshot.state) || typeof r.agent !== 'string') return undefined
     return r
   } catch {
+    // not DAG-CBOR: a corrupt record reads as absent (the caller decides)
     return undefined
   }
 }

@@ -43,7 +43,7 @@ export class TaskRequester implements LeaseWatchHost {
   readonly requestTimeout: number
   private readonly limits: TaskLimits
   private readonly maxRoutes: number
-  private readonly log: Logger
+  readonly log: Logger
   private readonly routes = new Map<string, string>()
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()

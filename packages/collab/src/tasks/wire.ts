@@ -9,6 +9,7 @@ import { isDid } from '@ioa/interconnect'
 import { checkEnvelope, TASK_ID_PATTERN } from '../auth/envelope.js'
 import { InvalidEnvelopeError } from '../errors.js'
 import { isTaskState } from './model.js'
+import { isMap } from '../shape.js'
 import type { TaskEvent } from './api.js'
 import type { CheckedEnvelope } from '../auth/envelope.js'
 import type { TaskError, TaskSnapshot, TaskState } from './model.js'
@@ -26,16 +27,14 @@ export const MAX_LEASE = 60_000
 /** Transport error codes after which a requester retries or resubscribes */
 export const TRANSIENT = new Set(['STREAM_CLOSED', 'DIAL_FAILED', 'NOT_STARTED', 'PROTOCOL_NOT_SUPPORTED', 'TIMEOUT'])
 
+export { isMap }
+
 export interface TaskBody {
   input: unknown
   contextId?: string
   deadline?: number
   budget?: number
   idempotencyKey?: string
-}
-
-export function isMap (v: unknown): v is Record<string, unknown> {
-  return v != null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof Uint8Array)
 }
 
 function checkKey (v: unknown, what: string): string | undefined {

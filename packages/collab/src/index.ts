@@ -55,8 +55,8 @@ export {
   TaskStore, InvalidTransitionError, TaskLimitError
 } from './tasks/model.js'
 export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskRecord } from './tasks/model.js'
-export { createTaskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './tasks/service.js'
-export type { TaskService, TaskServiceInit, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './tasks/service.js'
+export { createTaskService, taskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './tasks/service.js'
+export type { TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './tasks/service.js'
 export type { TaskRetentionInit } from './tasks/retention.js'
 export { createTaskGateway, TaskProtocolInUseError } from './tasks/gateway.js'
 export type { TaskGateway, TaskGatewayInit, TaskGatewayStats, RelayEvent } from './tasks/gateway.js'

@@ -143,6 +143,13 @@ export interface VerifyChainOptions {
 
 // ---------------------------------------------------------------------------
 // keys
+//
+// The caches of this module (parsed keys, canonical CIDs, verified token
+// signatures) are shared by the whole process on purpose: each memoizes a
+// pure function of its key (a DID's key, a string's CID form, a signed
+// token's signature, by the token's CID), so what one node or test learned
+// holds for every other, and the free functions (`verifyChain`, `isTokenCid`)
+// need no owner. Each is bounded (4096 entries, oldest dropped first).
 
 /** Parsed public keys of recently seen DIDs (parsing costs about a tenth of a verification) */
 const KEY_CACHE_MAX = 4096

@@ -20,12 +20,18 @@ function fast (): NodeCrypto | undefined {
     nodeCrypto = null
     // not in a browser: the first calls take the portable path meanwhile
     if (typeof process !== 'undefined' && process.versions?.node != null) {
+      // (no node:crypto after all: the portable path stays, which is correct, only slower)
       import('node:crypto').then(m => { nodeCrypto = m }, () => {})
     }
   }
   return nodeCrypto ?? undefined
 }
 
+/**
+ * Native keys, shared by the process on purpose: a DID's public key object is
+ * a pure function of the DID (bounded, oldest dropped first); private key
+ * objects live as long as their key (a WeakMap)
+ */
 const MAX_KEYS = 4096
 const publicKeys = new Map<string, KeyObject>()
 const privateKeys = new WeakMap<PrivateKey, KeyObject>()

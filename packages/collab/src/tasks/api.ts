@@ -7,7 +7,9 @@ import type { ReplayCache, ReplayCacheInit } from '../auth/envelope.js'
 import type { Approval, Policy } from '../auth/policy.js'
 import type { TaskError, TaskLimits, TaskSnapshot, TaskState } from './model.js'
 import type { TaskRetentionInit } from './retention.js'
-import type { Did, Identity } from '@ioa/interconnect'
+import type { Did, Identity, Interconnect } from '@ioa/interconnect'
+import type { Messaging } from '@ioa/transport'
+import type { ComponentLogger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 export type TaskEvent =
@@ -76,6 +78,21 @@ export type SkillHandler = (input: unknown, ctx: SkillContext) => unknown
 export interface ServeOptions {
   /** Policy for this skill, applied after the service's own policy */
   policy?: Policy
+}
+
+/**
+ * The slice of a node and its interconnect the task service needs (as
+ * libp2p services declare theirs); `createTaskService(ic)` takes it from an
+ * interconnect
+ */
+export interface TaskServiceComponents {
+  /** This node's peer id (a local submit's sender peer) */
+  peerId: PeerId
+  logger: ComponentLogger
+  /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` */
+  messaging: Pick<Messaging, 'handle' | 'handleStream' | 'unhandle' | 'request' | 'stream'>
+  /** Hosted agents (senders, local executors), agent routes, and the ranking feedback of finished tasks */
+  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'>
 }
 
 export interface TaskServiceInit {

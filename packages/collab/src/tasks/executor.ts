@@ -28,13 +28,13 @@ import {
 } from './model.js'
 import { TaskRetention } from './retention.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef, roundTrip } from './wire.js'
-import type { ServeOptions, SkillHandler, TaskEvent, TaskServiceInit } from './api.js'
+import type { ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
 import type { Envelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
 import type { Retained } from './retention.js'
-import type { Did, Interconnect } from '@ioa/interconnect'
+import type { Did } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
 /** Longest lease interval of this executor: heartbeats must come well within the transport's handler idle limit (30 s) */
@@ -44,7 +44,7 @@ const MAX_OWN_LEASE = 20_000
 const RECENT_TASKS = 256
 
 export class TaskExecutor {
-  private readonly ic: Interconnect
+  private readonly components: TaskServiceComponents
   private readonly store: TaskStore
   private readonly policy?: Policy
   /** Heartbeat interval of this executor (also the requester's first lease guess) */
@@ -68,8 +68,8 @@ export class TaskExecutor {
   private starting?: Promise<void>
   private started = false
 
-  constructor (ic: Interconnect, init: TaskServiceInit = {}) {
-    this.ic = ic
+  constructor (components: TaskServiceComponents, init: TaskServiceInit = {}) {
+    this.components = components
     this.store = new TaskStore(init.datastore ?? new MemoryDatastore())
     this.policy = init.policy
     this.lease = init.leaseInterval ?? 1_000
@@ -101,7 +101,7 @@ export class TaskExecutor {
     })
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
-    this.log = ic.node.logger.forComponent('ioa:collab:executor')
+    this.log = components.logger.forComponent('ioa:collab:executor')
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
       this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
     })
@@ -154,7 +154,7 @@ export class TaskExecutor {
       }
       this.retention.load(finished)
       this.retention.start()
-      const m = this.ic.node.services.messaging
+      const m = this.components.messaging
       await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
@@ -172,7 +172,7 @@ export class TaskExecutor {
     this.starting = undefined
     if (this.started) {
       this.started = false
-      await this.ic.node.services.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
+      await this.components.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
         // stopping goes on: the node may be stopping too
         this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
       })
@@ -208,7 +208,7 @@ export class TaskExecutor {
   }
 
   private selfPeer (): string {
-    return this.ic.node.peerId.toString()
+    return this.components.peerId.toString()
   }
 
   // ---- executor: bookkeeping -----------------------------------------

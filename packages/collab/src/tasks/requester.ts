@@ -15,12 +15,12 @@ import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, TRANSIENT, isMap, parseBody, roundTrip } from './wire.js'
-import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceInit } from './api.js'
+import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
 import type { Approval } from '../auth/policy.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
-import type { Did, Identity, Interconnect, Outcome } from '@ioa/interconnect'
+import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
@@ -36,7 +36,7 @@ export function taskFailure (task: TaskSnapshot): CollabError {
   return err
 }
 export class TaskRequester implements LeaseWatchHost {
-  private readonly ic: Interconnect
+  private readonly components: TaskServiceComponents
   /** Runs the tasks of agents served on this node (called in-process) */
   private readonly executor: TaskExecutor
   readonly lease: number
@@ -48,13 +48,13 @@ export class TaskRequester implements LeaseWatchHost {
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
-  constructor (ic: Interconnect, executor: TaskExecutor, init: TaskServiceInit = {}) {
-    this.ic = ic
+  constructor (components: TaskServiceComponents, executor: TaskExecutor, init: TaskServiceInit = {}) {
+    this.components = components
     this.executor = executor
     this.lease = executor.lease
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
-    this.log = ic.node.logger.forComponent('ioa:collab:requester')
+    this.log = components.logger.forComponent('ioa:collab:requester')
     this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
     if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
   }
@@ -62,13 +62,13 @@ export class TaskRequester implements LeaseWatchHost {
 
   private identityOf (from: Did | Identity): Identity {
     if (typeof from !== 'string') return from
-    const agent = this.ic.agents().find(a => a.did === from)
+    const agent = this.components.interconnect.agents().find(a => a.did === from)
     if (agent == null) throw new UnknownAgentError(`Sender ${from} is not hosted here`)
     return agent.identity
   }
 
   private isLocal (to: Did): boolean {
-    return this.executor.serves(to) && this.ic.agents().some(a => a.did === to)
+    return this.executor.serves(to) && this.components.interconnect.agents().some(a => a.did === to)
   }
 
   remember (to: Did, taskId: string, peer: string): void {
@@ -83,12 +83,12 @@ export class TaskRequester implements LeaseWatchHost {
     if (this.isLocal(to)) return ['local']
     const known = taskId != null && !fresh ? this.routes.get(taskKey(to, taskId)) : undefined
     if (known != null) return [known]
-    const route = await this.ic.resolve(to, { signal, ...(fresh ? { cache: false } : {}) })
+    const route = await this.components.interconnect.resolve(to, { signal, ...(fresh ? { cache: false } : {}) })
     return route.peers
   }
 
   private selfPeer (): string {
-    return this.ic.node.peerId.toString()
+    return this.components.peerId.toString()
   }
 
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
@@ -100,7 +100,7 @@ export class TaskRequester implements LeaseWatchHost {
         for await (const e of source) yield roundTrip(e)
       })()
     }
-    return this.ic.node.services.messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return this.components.messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
       signal,
       // our own lease watchdog decides; this only bounds a silent stream
       timeout: Math.max(30_000, 6 * MAX_LEASE)
@@ -114,7 +114,7 @@ export class TaskRequester implements LeaseWatchHost {
       const out = method === 'get' ? await this.executor.onGet(local, self) : method === 'cancel' ? await this.executor.onCancel(local, self) : await this.executor.onApprove(local)
       return roundTrip(out) as T
     }
-    return await this.ic.node.services.messaging.request<T>(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return await this.components.messaging.request<T>(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
       signal, timeout: this.requestTimeout
     })
   }
@@ -227,7 +227,7 @@ export class TaskRequester implements LeaseWatchHost {
   observe (to: Did, taskId: string, outcome: Outcome | undefined): void {
     if (outcome == null) return
     if (!outcome.ok) this.log('task %s of %s counts as a failure of the agent for ranking', taskId, to)
-    this.ic.observe(to, outcome)
+    this.components.interconnect.observe(to, outcome)
   }
 
   async submitAndWait (from: Did | Identity, to: Did, request: TaskRequest, options: SubmitOptions & { onEvent?: (event: TaskEvent) => void } = {}): Promise<TaskSnapshot> {

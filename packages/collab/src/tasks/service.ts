@@ -12,7 +12,7 @@
 import { TaskExecutor } from './executor.js'
 import { TaskRequester } from './requester.js'
 import type {
-  ServeOptions, SkillHandler, SubmitOptions, TaskEvent, TaskRequest, TaskService, TaskServiceInit
+  ServeOptions, SkillHandler, SubmitOptions, TaskEvent, TaskRequest, TaskService, TaskServiceComponents, TaskServiceInit
 } from './api.js'
 import type { Approval } from '../auth/policy.js'
 import type { TaskSnapshot } from './model.js'
@@ -22,16 +22,17 @@ export { TASK_PROTOCOL, MAX_KEY_LENGTH, checkSubmit, eventTaskId, parseEvent, pa
 export { LeaseLapsedError } from './lease-watch.js'
 export { taskFailure } from './requester.js'
 export type {
-  TaskEvent, TaskRequest, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TaskServiceInit, TaskService
+  TaskEvent, TaskRequest, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TaskServiceInit, TaskService,
+  TaskServiceComponents
 } from './api.js'
 
 class DefaultTaskService implements TaskService {
   private readonly executor: TaskExecutor
   private readonly requester: TaskRequester
 
-  constructor (ic: Interconnect, init: TaskServiceInit = {}) {
-    this.executor = new TaskExecutor(ic, init)
-    this.requester = new TaskRequester(ic, this.executor, init)
+  constructor (components: TaskServiceComponents, init: TaskServiceInit = {}) {
+    this.executor = new TaskExecutor(components, init)
+    this.requester = new TaskRequester(components, this.executor, init)
   }
 
   async start (): Promise<void> {
@@ -82,5 +83,18 @@ class DefaultTaskService implements TaskService {
  * or by `start()`.
  */
 export function createTaskService (ic: Interconnect, init: TaskServiceInit = {}): TaskService {
-  return new DefaultTaskService(ic, init)
+  return taskService(init)({
+    peerId: ic.node.peerId,
+    logger: ic.node.logger,
+    messaging: ic.node.services.messaging,
+    interconnect: ic
+  })
+}
+
+/**
+ * The task service over the components it needs (`TaskServiceComponents`),
+ * in the form of a libp2p service factory: `taskService(init)(components)`
+ */
+export function taskService (init: TaskServiceInit = {}): (components: TaskServiceComponents) => TaskService {
+  return (components) => new DefaultTaskService(components, init)
 }

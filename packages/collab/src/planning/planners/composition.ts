@@ -11,8 +11,10 @@
  */
 import type { Skill } from '@ioa/interconnect'
 import { PlannerFailedError } from '../../errors.js'
-import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
-import type { Goal, Plan, Planner, PlannerContext, PlanStep, SkillInfo } from '../plan.js'
+import { validatePlan } from '../plan.js'
+import { discoverSkills, newPlanId } from './shared.js'
+import type { Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
+import type { SkillInfo } from './shared.js'
 
 export interface CompositionPlannerInit {
   /** Longest chain of skills @default 5 */

@@ -12,7 +12,8 @@
  * orchestrate.
  */
 import { InvalidPlanError, PlannerFailedError } from '../../errors.js'
-import { newPlanId, PLAN_LIMITS, STEP_ID, validatePlan } from '../plan.js'
+import { PLAN_LIMITS, STEP_ID, validatePlan } from '../plan.js'
+import { newPlanId } from './shared.js'
 import type { Fanout, Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
 
 /** One step of a template */

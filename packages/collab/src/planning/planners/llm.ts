@@ -8,7 +8,8 @@
  */
 import { capabilityMatches } from '@ioa/interconnect'
 import { PlannerFailedError } from '../../errors.js'
-import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
+import { validatePlan } from '../plan.js'
+import { discoverSkills, newPlanId } from './shared.js'
 import type { Goal, Plan, Planner, PlannerContext } from '../plan.js'
 
 /** A capability as described to the model */

@@ -4,7 +4,7 @@
  * signature verification measured in the same run (the baseline: each link
  * costs at least one signature check).
  *
- * It imports the built module `../packages/collab/dist/src/delegation.js`
+ * It imports the built module `../packages/collab/dist/src/auth/delegation.js`
  * directly, because `@ioa/collab`'s `index.ts` does not export the delegation
  * API yet; switch the import to '@ioa/collab' once it does.
  *
@@ -16,7 +16,7 @@
  */
 import { pathToFileURL } from 'node:url'
 import { createIdentity } from '@ioa/interconnect'
-import { delegate, encodeToken, tokenSigningBytes, verifyChain } from '../packages/collab/dist/src/delegation.js'
+import { delegate, encodeToken, tokenSigningBytes, verifyChain } from '../packages/collab/dist/src/auth/delegation.js'
 
 const PROFILES = {
   default: { warmup: 200, chainRuns: 2000, verifyRuns: 20_000, rounds: 4 },

@@ -1,9 +1,10 @@
 /**
  * Error classes of the collaboration layer. Each has a stable `code`, also
- * used on the wire (`spec/collab.md`, "Errors").
+ * used on the wire (`spec/collab.md`, "Errors"). Written out as named
+ * classes (`static name`, `static code`), as the transport's errors are.
  */
 import { fromRemote as interconnectFromRemote } from '@ioa/interconnect'
-import { CodedError, ErrorFamily } from '@ioa/transport'
+import { CodedError } from '@ioa/transport'
 import type { CodedErrorClass } from '@ioa/transport'
 
 export class CollabError extends CodedError {
@@ -12,37 +13,244 @@ export class CollabError extends CodedError {
 
 export type CollabErrorClass = CodedErrorClass<CollabError>
 
-const family = new ErrorFamily<CollabError>(CollabError)
+export class InvalidTokenError extends CollabError {
+  static override name = 'InvalidTokenError'
+  static code = 'INVALID_TOKEN'
+  constructor (message = 'Invalid delegation token', options?: ErrorOptions) {
+    super(InvalidTokenError.code, message, options)
+    this.name = InvalidTokenError.name
+  }
+}
 
-export const InvalidTokenError = family.define('InvalidTokenError', 'INVALID_TOKEN', 'Invalid delegation token')
-export const TokenExpiredError = family.define('TokenExpiredError', 'TOKEN_EXPIRED', 'Delegation token expired')
-export const TokenNotYetValidError = family.define('TokenNotYetValidError', 'TOKEN_NOT_YET_VALID', 'Delegation token not yet valid')
-export const EscalationError = family.define('EscalationError', 'ESCALATION', 'Delegation grants more than its proof')
-export const PrincipalMismatchError = family.define('PrincipalMismatchError', 'PRINCIPAL_MISMATCH', 'Proof audience is not the issuer')
-export const ChainTooDeepError = family.define('ChainTooDeepError', 'CHAIN_TOO_DEEP', 'Delegation chain too deep')
-export const RevokedError = family.define('RevokedError', 'REVOKED', 'Delegation revoked')
-export const InvalidSignatureError = family.define('InvalidSignatureError', 'INVALID_SIGNATURE', 'Invalid signature')
-export const InvalidEnvelopeError = family.define('InvalidEnvelopeError', 'INVALID_ENVELOPE', 'Invalid request envelope')
-export const ReplayError = family.define('ReplayError', 'REPLAY', 'Replayed request')
-export const EnvelopeExpiredError = family.define('EnvelopeExpiredError', 'ENVELOPE_EXPIRED', 'Request envelope expired')
-export const UnauthorizedError = family.define('UnauthorizedError', 'UNAUTHORIZED', 'No delegated capability for this skill')
-export const PolicyDeniedError = family.define('PolicyDeniedError', 'POLICY_DENIED', 'Denied by policy')
-export const ApprovalRequiredError = family.define('ApprovalRequiredError', 'APPROVAL_REQUIRED', 'Approval required')
-export const DeadlineExceededError = family.define('DeadlineExceededError', 'DEADLINE_EXCEEDED', 'Deadline exceeded')
-export const BudgetExceededError = family.define('BudgetExceededError', 'BUDGET_EXCEEDED', 'Budget exceeded')
-export const UnknownTaskError = family.define('UnknownTaskError', 'UNKNOWN_TASK', 'Unknown task')
-export const InvalidPlanError = family.define('InvalidPlanError', 'INVALID_PLAN', 'Invalid plan')
-export const PlannerFailedError = family.define('PlannerFailedError', 'PLANNER_FAILED', 'Planner failed')
-export const NoProviderError = family.define('NoProviderError', 'NO_PROVIDER', 'No provider for a capability')
-export const StepFailedError = family.define('StepFailedError', 'STEP_FAILED', 'Plan step failed')
-export const RevocationQuotaError = family.define('RevocationQuotaError', 'REVOCATION_QUOTA', 'Revocation store quota exceeded')
+export class TokenExpiredError extends CollabError {
+  static override name = 'TokenExpiredError'
+  static code = 'TOKEN_EXPIRED'
+  constructor (message = 'Delegation token expired', options?: ErrorOptions) {
+    super(TokenExpiredError.code, message, options)
+    this.name = TokenExpiredError.name
+  }
+}
+
+export class TokenNotYetValidError extends CollabError {
+  static override name = 'TokenNotYetValidError'
+  static code = 'TOKEN_NOT_YET_VALID'
+  constructor (message = 'Delegation token not yet valid', options?: ErrorOptions) {
+    super(TokenNotYetValidError.code, message, options)
+    this.name = TokenNotYetValidError.name
+  }
+}
+
+export class EscalationError extends CollabError {
+  static override name = 'EscalationError'
+  static code = 'ESCALATION'
+  constructor (message = 'Delegation grants more than its proof', options?: ErrorOptions) {
+    super(EscalationError.code, message, options)
+    this.name = EscalationError.name
+  }
+}
+
+export class PrincipalMismatchError extends CollabError {
+  static override name = 'PrincipalMismatchError'
+  static code = 'PRINCIPAL_MISMATCH'
+  constructor (message = 'Proof audience is not the issuer', options?: ErrorOptions) {
+    super(PrincipalMismatchError.code, message, options)
+    this.name = PrincipalMismatchError.name
+  }
+}
+
+export class ChainTooDeepError extends CollabError {
+  static override name = 'ChainTooDeepError'
+  static code = 'CHAIN_TOO_DEEP'
+  constructor (message = 'Delegation chain too deep', options?: ErrorOptions) {
+    super(ChainTooDeepError.code, message, options)
+    this.name = ChainTooDeepError.name
+  }
+}
+
+export class RevokedError extends CollabError {
+  static override name = 'RevokedError'
+  static code = 'REVOKED'
+  constructor (message = 'Delegation revoked', options?: ErrorOptions) {
+    super(RevokedError.code, message, options)
+    this.name = RevokedError.name
+  }
+}
+
+export class InvalidSignatureError extends CollabError {
+  static override name = 'InvalidSignatureError'
+  static code = 'INVALID_SIGNATURE'
+  constructor (message = 'Invalid signature', options?: ErrorOptions) {
+    super(InvalidSignatureError.code, message, options)
+    this.name = InvalidSignatureError.name
+  }
+}
+
+export class InvalidEnvelopeError extends CollabError {
+  static override name = 'InvalidEnvelopeError'
+  static code = 'INVALID_ENVELOPE'
+  constructor (message = 'Invalid request envelope', options?: ErrorOptions) {
+    super(InvalidEnvelopeError.code, message, options)
+    this.name = InvalidEnvelopeError.name
+  }
+}
+
+export class ReplayError extends CollabError {
+  static override name = 'ReplayError'
+  static code = 'REPLAY'
+  constructor (message = 'Replayed request', options?: ErrorOptions) {
+    super(ReplayError.code, message, options)
+    this.name = ReplayError.name
+  }
+}
+
+export class EnvelopeExpiredError extends CollabError {
+  static override name = 'EnvelopeExpiredError'
+  static code = 'ENVELOPE_EXPIRED'
+  constructor (message = 'Request envelope expired', options?: ErrorOptions) {
+    super(EnvelopeExpiredError.code, message, options)
+    this.name = EnvelopeExpiredError.name
+  }
+}
+
+export class UnauthorizedError extends CollabError {
+  static override name = 'UnauthorizedError'
+  static code = 'UNAUTHORIZED'
+  constructor (message = 'No delegated capability for this skill', options?: ErrorOptions) {
+    super(UnauthorizedError.code, message, options)
+    this.name = UnauthorizedError.name
+  }
+}
+
+export class PolicyDeniedError extends CollabError {
+  static override name = 'PolicyDeniedError'
+  static code = 'POLICY_DENIED'
+  constructor (message = 'Denied by policy', options?: ErrorOptions) {
+    super(PolicyDeniedError.code, message, options)
+    this.name = PolicyDeniedError.name
+  }
+}
+
+export class ApprovalRequiredError extends CollabError {
+  static override name = 'ApprovalRequiredError'
+  static code = 'APPROVAL_REQUIRED'
+  constructor (message = 'Approval required', options?: ErrorOptions) {
+    super(ApprovalRequiredError.code, message, options)
+    this.name = ApprovalRequiredError.name
+  }
+}
+
+export class DeadlineExceededError extends CollabError {
+  static override name = 'DeadlineExceededError'
+  static code = 'DEADLINE_EXCEEDED'
+  constructor (message = 'Deadline exceeded', options?: ErrorOptions) {
+    super(DeadlineExceededError.code, message, options)
+    this.name = DeadlineExceededError.name
+  }
+}
+
+export class BudgetExceededError extends CollabError {
+  static override name = 'BudgetExceededError'
+  static code = 'BUDGET_EXCEEDED'
+  constructor (message = 'Budget exceeded', options?: ErrorOptions) {
+    super(BudgetExceededError.code, message, options)
+    this.name = BudgetExceededError.name
+  }
+}
+
+export class UnknownTaskError extends CollabError {
+  static override name = 'UnknownTaskError'
+  static code = 'UNKNOWN_TASK'
+  constructor (message = 'Unknown task', options?: ErrorOptions) {
+    super(UnknownTaskError.code, message, options)
+    this.name = UnknownTaskError.name
+  }
+}
+
+export class InvalidPlanError extends CollabError {
+  static override name = 'InvalidPlanError'
+  static code = 'INVALID_PLAN'
+  constructor (message = 'Invalid plan', options?: ErrorOptions) {
+    super(InvalidPlanError.code, message, options)
+    this.name = InvalidPlanError.name
+  }
+}
+
+export class PlannerFailedError extends CollabError {
+  static override name = 'PlannerFailedError'
+  static code = 'PLANNER_FAILED'
+  constructor (message = 'Planner failed', options?: ErrorOptions) {
+    super(PlannerFailedError.code, message, options)
+    this.name = PlannerFailedError.name
+  }
+}
+
+export class NoProviderError extends CollabError {
+  static override name = 'NoProviderError'
+  static code = 'NO_PROVIDER'
+  constructor (message = 'No provider for a capability', options?: ErrorOptions) {
+    super(NoProviderError.code, message, options)
+    this.name = NoProviderError.name
+  }
+}
+
+export class StepFailedError extends CollabError {
+  static override name = 'StepFailedError'
+  static code = 'STEP_FAILED'
+  constructor (message = 'Plan step failed', options?: ErrorOptions) {
+    super(StepFailedError.code, message, options)
+    this.name = StepFailedError.name
+  }
+}
+
+export class RevocationQuotaError extends CollabError {
+  static override name = 'RevocationQuotaError'
+  static code = 'REVOCATION_QUOTA'
+  constructor (message = 'Revocation store quota exceeded', options?: ErrorOptions) {
+    super(RevocationQuotaError.code, message, options)
+    this.name = RevocationQuotaError.name
+  }
+}
+
+/** The classes whose codes `fromRemote` turns back into them */
+const BY_CODE = new Map<string, CollabErrorClass>([
+  [InvalidTokenError.code, InvalidTokenError],
+  [TokenExpiredError.code, TokenExpiredError],
+  [TokenNotYetValidError.code, TokenNotYetValidError],
+  [EscalationError.code, EscalationError],
+  [PrincipalMismatchError.code, PrincipalMismatchError],
+  [ChainTooDeepError.code, ChainTooDeepError],
+  [RevokedError.code, RevokedError],
+  [InvalidSignatureError.code, InvalidSignatureError],
+  [InvalidEnvelopeError.code, InvalidEnvelopeError],
+  [ReplayError.code, ReplayError],
+  [EnvelopeExpiredError.code, EnvelopeExpiredError],
+  [UnauthorizedError.code, UnauthorizedError],
+  [PolicyDeniedError.code, PolicyDeniedError],
+  [ApprovalRequiredError.code, ApprovalRequiredError],
+  [DeadlineExceededError.code, DeadlineExceededError],
+  [BudgetExceededError.code, BudgetExceededError],
+  [UnknownTaskError.code, UnknownTaskError],
+  [InvalidPlanError.code, InvalidPlanError],
+  [PlannerFailedError.code, PlannerFailedError],
+  [NoProviderError.code, NoProviderError],
+  [StepFailedError.code, StepFailedError],
+  [RevocationQuotaError.code, RevocationQuotaError]
+])
 
 /**
  * Turn an error received from a remote peer (a transport `RemoteError` with one
  * of these codes) into the matching class; other errors pass unchanged
  */
 export function fromRemote (err: unknown): unknown {
-  const out = family.fromRemote(err)
+  const e = err as { code?: unknown, remote?: unknown, message?: string } | undefined
+  if (e?.remote === true && typeof e.code === 'string') {
+    const C = BY_CODE.get(e.code)
+    if (C != null) {
+      const out = new C(e.message, { cause: err })
+      ;(out as CollabError & { remote: boolean }).remote = true
+      return out
+    }
+  }
   // codes of the layer below (e.g. NOT_EXPORTED from a gateway) keep their names too
-  return out === err ? interconnectFromRemote(err) : out
+  return interconnectFromRemote(err)
 }

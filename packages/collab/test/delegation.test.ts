@@ -13,11 +13,11 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import {
   DEFAULT_CLOCK_SKEW, TOKEN_LIMITS, capabilityCovers, capabilityFor, decodeToken, delegate, encodeToken, isSkillPattern,
   isTokenCid, newNonce, parseToken, skillCovers, tokenCid, tokenSigningBytes, verifyChain
-} from '../src/delegation.js'
+} from '../src/auth/delegation.js'
 import { EscalationError, InvalidTokenError, fromRemote } from '../src/errors.js'
-import { RevocationStore, createRevocation, encodeRevocation, revocationCid, revocationSigningBytes } from '../src/revocation.js'
+import { RevocationStore, createRevocation, encodeRevocation, revocationCid, revocationSigningBytes } from '../src/auth/revocation.js'
 import { ed25519KeyFromSeed, errorOf, fromHex, readSpecBlock, rejectionOf, toHex } from '../../../test/util.js'
-import type { Capability, DelegateInit, Token, TokenPayload, VerifiedChain } from '../src/delegation.js'
+import type { Capability, DelegateInit, Token, TokenPayload, VerifiedChain } from '../src/auth/delegation.js'
 import type { Identity } from '@ioa/interconnect'
 
 const T0 = 1_767_225_600_000

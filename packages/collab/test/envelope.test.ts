@@ -5,13 +5,13 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { createIdentity } from '@ioa/interconnect'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { delegate, tokenCid } from '../src/delegation.js'
+import { delegate, tokenCid } from '../src/auth/delegation.js'
 import {
   ENVELOPE_LIMITS, ENVELOPE_PREFIX, ReplayCache, bodyCid, createEnvelope, envelopeSigningBytes, parseEnvelope, verifyEnvelope
-} from '../src/envelope.js'
+} from '../src/auth/envelope.js'
 import { expectErrorCode } from '../../../test/util.js'
-import type { Token } from '../src/delegation.js'
-import type { Envelope } from '../src/envelope.js'
+import type { Token } from '../src/auth/delegation.js'
+import type { Envelope } from '../src/auth/envelope.js'
 import type { Identity } from '@ioa/interconnect'
 
 let driver: Identity

@@ -3,9 +3,9 @@
  * validatePlan, resolveInput, subGoal, topologicalOrder and criticalPath.
  */
 import { describe, expect, it } from 'vitest'
-import { criticalPath, PLAN_LIMITS, resolveInput, subGoal, topologicalOrder, validatePlan } from '../src/plan.js'
+import { criticalPath, PLAN_LIMITS, resolveInput, subGoal, topologicalOrder, validatePlan } from '../src/planning/plan.js'
 import { errorOf } from '../../../test/util.js'
-import type { Plan, PlanStep } from '../src/plan.js'
+import type { Plan, PlanStep } from '../src/planning/plan.js'
 
 const GOAL = { intent: 'book a hotel for tonight', input: { from: 'Lyon', to: 'Amsterdam', budget: 150, card: { last4: '4242' } } }
 

@@ -3,14 +3,14 @@
  */
 import { createIdentity } from '@ioa/interconnect'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { delegate, verifyChain } from '../src/delegation.js'
+import { delegate, verifyChain } from '../src/auth/delegation.js'
 import {
   allOf, allowAll, approvalPolicy, approvalSigningBytes, constraintPolicy, createApproval, evaluatePolicy, parseApproval,
   rateLimitPolicy, timeWindowPolicy, verifyApproval, APPROVAL_PREFIX
-} from '../src/policy.js'
+} from '../src/auth/policy.js'
 import { expectErrorCode } from '../../../test/util.js'
-import type { Capability, VerifiedChain } from '../src/delegation.js'
-import type { Policy, PolicyContext } from '../src/policy.js'
+import type { Capability, VerifiedChain } from '../src/auth/delegation.js'
+import type { Policy, PolicyContext } from '../src/auth/policy.js'
 import type { Identity } from '@ioa/interconnect'
 
 let driver: Identity

@@ -9,17 +9,17 @@ import { createIdentity, identityFromPrivateKey } from '@ioa/interconnect'
 import { MemoryDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { decodeToken, delegate, tokenCid, verifyChain } from '../src/delegation.js'
+import { decodeToken, delegate, tokenCid, verifyChain } from '../src/auth/delegation.js'
 import { RevocationQuotaError, fromRemote } from '../src/errors.js'
 import {
   ANNOUNCE_METHOD, REVOCATION_PROTOCOL, RevocationStore, createRevocation,
   decodeRevocation, encodeRevocation, revocationCid, revocationSigningBytes, verifyRevocation
-} from '../src/revocation.js'
+} from '../src/auth/revocation.js'
 import { delay, ed25519KeyFromSeed, expectErrorCode, fromHex, readSpecBlock, rejectionOf, toHex, until } from '../../../test/util.js'
 import { startRevocationLine } from './revocation-line.js'
 import type { RevocationLine } from './revocation-line.js'
-import type { Capability, Token } from '../src/delegation.js'
-import type { Revocation, RevocationPayload, RevocationService } from '../src/revocation.js'
+import type { Capability, Token } from '../src/auth/delegation.js'
+import type { Revocation, RevocationPayload, RevocationService } from '../src/auth/revocation.js'
 import type { Identity } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 

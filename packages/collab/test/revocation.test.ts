@@ -7,17 +7,17 @@ import { createIdentity } from '@ioa/interconnect'
 import { MemoryDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { delegate, tokenCid, verifyChain } from '../src/delegation.js'
+import { delegate, tokenCid, verifyChain } from '../src/auth/delegation.js'
 import { InvalidSignatureError, InvalidTokenError, fromRemote } from '../src/errors.js'
 import {
   ANNOUNCE_METHOD, REVOCATION_LIMITS, REVOCATION_PROTOCOL, RevocationStore, createRevocation,
   decodeRevocation, encodeRevocation, parseRevocation, revocationAuthorities, revocationCid, revocationSigningBytes, verifyRevocation
-} from '../src/revocation.js'
+} from '../src/auth/revocation.js'
 import { delay, errorOf, rejectionOf, until } from '../../../test/util.js'
 import { startRevocationLine } from './revocation-line.js'
 import type { RevocationLine } from './revocation-line.js'
-import type { Capability, Token } from '../src/delegation.js'
-import type { Revocation, RevocationService } from '../src/revocation.js'
+import type { Capability, Token } from '../src/auth/delegation.js'
+import type { Revocation, RevocationService } from '../src/auth/revocation.js'
 import type { Identity } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 

@@ -10,7 +10,7 @@
  * replay, fair-share quota, a malformed request) and tasks the caller
  * canceled, abandoned or aborted count neither way.
  */
-import type { TaskState } from '../tasks.js'
+import type { TaskState } from './model.js'
 import type { Outcome } from '@ioa/interconnect'
 
 /**

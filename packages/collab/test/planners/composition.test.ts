@@ -4,9 +4,9 @@
  */
 import { describe, expect, it } from 'vitest'
 import type { DiscoveredAgent, DiscoveryQuery, Skill } from '@ioa/interconnect'
-import { compositionPlanner } from '../../src/planners/index.js'
-import { resolveInput, topologicalOrder } from '../../src/plan.js'
-import type { Goal, Plan } from '../../src/plan.js'
+import { compositionPlanner } from '../../src/planning/planners/index.js'
+import { resolveInput, topologicalOrder } from '../../src/planning/plan.js'
+import type { Goal, Plan } from '../../src/planning/plan.js'
 import { CAR_CAPABILITIES, CAR_GOAL, plannerSuite } from './suite.js'
 import { rejectionOf } from '../../../../test/util.js'
 

@@ -3,10 +3,10 @@
  * expansion of sub-goals, delegated sub-goals, and template errors.
  */
 import { describe, expect, it } from 'vitest'
-import { declarativePlanner } from '../../src/planners/index.js'
-import type { Template } from '../../src/planners/index.js'
-import { resolveInput, subGoal, topologicalOrder } from '../../src/plan.js'
-import type { Goal, Plan } from '../../src/plan.js'
+import { declarativePlanner } from '../../src/planning/planners/index.js'
+import type { Template } from '../../src/planning/planners/index.js'
+import { resolveInput, subGoal, topologicalOrder } from '../../src/planning/plan.js'
+import type { Goal, Plan } from '../../src/planning/plan.js'
 import { CAR_GOAL, plannerSuite, transitiveDeps } from './suite.js'
 import { rejectionOf } from '../../../../test/util.js'
 

@@ -8,8 +8,8 @@
  * find no way to teleport anyone.
  */
 import { beforeAll, describe, expect, it } from 'vitest'
-import { topologicalOrder, validatePlan } from '../../src/plan.js'
-import type { Goal, Plan, Planner, PlannerContext } from '../../src/plan.js'
+import { topologicalOrder, validatePlan } from '../../src/planning/plan.js'
+import type { Goal, Plan, Planner, PlannerContext } from '../../src/planning/plan.js'
 
 /** The car scenario of ARCHITECTURE.md */
 export const CAR_GOAL: Goal = {

@@ -16,9 +16,10 @@ import { toString as uint8ToString } from 'uint8arrays/to-string'
 import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain, verifySignature } from './delegation.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
-} from './errors.js'
+} from '../errors.js'
 import { signWith } from './ed25519.js'
 import { ReplayCache } from './replay-cache.js'
+import { isMap } from '../shape.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
 
@@ -163,10 +164,6 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
   const bytes = encodePayload(payload)
   const sig = await signWith(sender, withPrefix(bytes))
   return { payload, sig }
-}
-
-function isMap (v: unknown): v is Record<string, unknown> {
-  return v != null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof Uint8Array)
 }
 
 function isTime (v: unknown): v is number {

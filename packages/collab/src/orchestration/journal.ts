@@ -9,9 +9,9 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
-import type { Token } from './delegation.js'
-import type { Plan } from './plan.js'
-import type { TaskError, TaskState } from './tasks.js'
+import type { Token } from '../auth/delegation.js'
+import type { Plan } from '../planning/plan.js'
+import type { TaskError, TaskState } from '../tasks/model.js'
 import type { Did } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 
@@ -137,12 +137,14 @@ export class RunJournal {
     entry.value = value
     if (entry.queued) return entry.chain
     entry.queued = true
+    // (the previous write's failure went to its own caller, who got that chain)
     const chain = entry.chain.catch(() => {}).then(async () => {
       entry.queued = false
       const bytes = dagCbor.encode(clean(entry.value))
       await this.datastore.put(new Key(key), bytes)
     })
     entry.chain = chain
+    // (this write's failure goes to the caller through the returned chain)
     void chain.catch(() => {}).finally(() => {
       if (!entry.queued && this.pending.get(key) === entry && entry.chain === chain) this.pending.delete(key)
     })
@@ -161,6 +163,7 @@ export class RunJournal {
 
   /** Wait for every queued write */
   async flush (): Promise<void> {
+    // a failed write was reported to its caller: flush only waits for every write to settle
     await Promise.all([...this.pending.values()].map(async p => p.chain.catch(() => {})))
   }
 

@@ -7,8 +7,9 @@
  * response contract is in `spec/collab-plans.md`.
  */
 import { capabilityMatches } from '@ioa/interconnect'
-import { PlannerFailedError } from '../errors.js'
-import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
+import { PlannerFailedError } from '../../errors.js'
+import { validatePlan } from '../plan.js'
+import { discoverSkills, newPlanId } from './shared.js'
 import type { Goal, Plan, Planner, PlannerContext } from '../plan.js'
 
 /** A capability as described to the model */
@@ -97,6 +98,7 @@ async function readBounded (res: Response, max: number): Promise<string> {
     if (done) break
     size += value.byteLength
     if (size > max) {
+      // the response is refused for its size either way
       await reader.cancel().catch(() => {})
       fail(`Model response larger than ${max} bytes`)
     }
@@ -215,6 +217,7 @@ class LlmPlanner implements Planner {
         signal: controller.signal
       })
       if (!res.ok) {
+        // the status is the error; the body only adds detail when it can be read
         const detail = await readBounded(res, 4096).catch(() => '')
         fail(`Model endpoint answered HTTP ${res.status}${detail !== '' ? `: ${detail.slice(0, 300)}` : ''}`)
       }

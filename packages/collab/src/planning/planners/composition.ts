@@ -10,9 +10,11 @@
  * `$input` and `$ref`, and each step depends on the steps it takes values from.
  */
 import type { Skill } from '@ioa/interconnect'
-import { PlannerFailedError } from '../errors.js'
-import { discoverSkills, newPlanId, validatePlan } from '../plan.js'
-import type { Goal, Plan, Planner, PlannerContext, PlanStep, SkillInfo } from '../plan.js'
+import { PlannerFailedError } from '../../errors.js'
+import { validatePlan } from '../plan.js'
+import { discoverSkills, newPlanId } from './shared.js'
+import type { Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
+import type { SkillInfo } from './shared.js'
 
 export interface CompositionPlannerInit {
   /** Longest chain of skills @default 5 */

@@ -24,11 +24,12 @@
 import { UnknownAgentError } from '@ioa/interconnect'
 import { CanceledError } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { CollabError, UnauthorizedError, UnknownTaskError } from './errors.js'
-import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './task-service.js'
-import type { TaskEvent } from './task-service.js'
+import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
+import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
+import type { TaskEvent } from './api.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
+import type { Logger } from '@libp2p/interface'
 
 /**
  * The outer node already serves the task protocol (it runs a task service or
@@ -180,6 +181,7 @@ class DefaultTaskGateway implements TaskGateway {
   private readonly callerCacheTtl: number
   private readonly maxRelayed: number
   private readonly onRelay?: (event: RelayEvent) => void
+  private readonly log: Logger
   /** Relayed tasks (agent "\n" task id) → their outer owner, least recently used first */
   private readonly owners = new Map<string, Owner>()
   /** Caller (did "\n" peer) → its domain, when looked up */
@@ -203,6 +205,7 @@ class DefaultTaskGateway implements TaskGateway {
     this.callerCacheTtl = checkOption('callerCacheTtl', init.callerCacheTtl ?? 30_000, 0)
     this.maxRelayed = checkOption('maxRelayed', init.maxRelayed ?? 10_000)
     this.onRelay = init.onRelay
+    this.log = init.outer.node.logger.forComponent('ioa:collab:gateway')
   }
 
   // ---- lifecycle ---------------------------------------------------------
@@ -225,7 +228,10 @@ class DefaultTaskGateway implements TaskGateway {
     this.stopping.abort(new CanceledError('The task gateway stopped'))
     if (this.started) {
       this.started = false
-      await this.outer.node.services.messaging.unhandle(TASK_PROTOCOL).catch(() => {})
+      await this.outer.node.services.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
+        // stopping goes on: the node may be stopping too
+        this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
+      })
     }
   }
 
@@ -253,8 +259,9 @@ class DefaultTaskGateway implements TaskGateway {
   private tell (event: RelayEvent): void {
     try {
       this.onRelay?.(event)
-    } catch {
-      // a listener's failure is its own
+    } catch (err) {
+      // a listener's failure is its own: the relay goes on
+      this.log.error('the onRelay listener threw on a %s event: %e', event.type, err)
     }
   }
 
@@ -280,8 +287,9 @@ class DefaultTaskGateway implements TaskGateway {
     try {
       const { signed, peers } = await this.outer.resolve(from, { signal, timeout: this.callerLookupTimeout })
       if (peers.includes(peer)) domain = signed.card.domain
-    } catch {
+    } catch (err) {
       // no card found in time: a caller without a domain
+      this.log.trace('no card of caller %s from %s in time: %e', from, peer, err)
       signal.throwIfAborted()
     }
     this.callers.delete(key)
@@ -348,7 +356,10 @@ class DefaultTaskGateway implements TaskGateway {
         try {
           return { s, first: await s.next() }
         } catch (err) {
-          await s.return(undefined).catch(() => {})
+          await s.return(undefined).catch((closeErr: unknown) => {
+            // the stream failed already: its first error is the one thrown
+            this.log.trace('closing a failed inner stream: %e', closeErr)
+          })
           throw err
         }
       })
@@ -363,7 +374,10 @@ class DefaultTaskGateway implements TaskGateway {
       ok = true
     } finally {
       // a caller that stopped reading (or canceled) cancels the inner stream
-      await source?.return(undefined).catch(() => {})
+      await source?.return(undefined).catch((err: unknown) => {
+        // the relayed stream is over either way
+        this.log.trace('closing the inner stream: %e', err)
+      })
       this.counters.streams--
       this.settle(ok, signal)
       done()
@@ -387,6 +401,7 @@ class DefaultTaskGateway implements TaskGateway {
       })
     } catch (err) {
       const e = err as { code?: unknown, message?: unknown }
+      this.log('refused task %s of %s from %s: %s', task, to, peer, String(e?.message ?? err))
       this.tell({ type: 'refused', ...base, code: typeof e?.code === 'string' ? e.code : 'REFUSED', message: String(e?.message ?? err) })
       throw err
     }

@@ -8,7 +8,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
-import { CollabError } from './errors.js'
+import { CollabError } from '../errors.js'
 import type { Did } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 
@@ -330,6 +330,7 @@ function decodeRecord (bytes: Uint8Array): TaskRecord | undefined {
     if (r?.v !== 1 || r.snapshot == null || !isTaskState(r.snapshot.state) || typeof r.agent !== 'string') return undefined
     return r
   } catch {
+    // not DAG-CBOR: a corrupt record reads as absent (the caller decides)
     return undefined
   }
 }

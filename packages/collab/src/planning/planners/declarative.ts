@@ -11,8 +11,9 @@
  * leaves a goal step for an agent with the step's capability to plan and
  * orchestrate.
  */
-import { InvalidPlanError, PlannerFailedError } from '../errors.js'
-import { newPlanId, PLAN_LIMITS, STEP_ID, validatePlan } from '../plan.js'
+import { InvalidPlanError, PlannerFailedError } from '../../errors.js'
+import { PLAN_LIMITS, STEP_ID, validatePlan } from '../plan.js'
+import { newPlanId } from './shared.js'
 import type { Fanout, Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
 
 /** One step of a template */

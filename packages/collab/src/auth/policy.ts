@@ -8,7 +8,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
 import {
   ApprovalRequiredError, InvalidEnvelopeError, InvalidSignatureError, UnauthorizedError
-} from './errors.js'
+} from '../errors.js'
 import { TASK_ID_PATTERN } from './envelope.js'
 import type { Capability, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -48,6 +48,7 @@ function deepEqual (a: unknown, b: unknown): boolean {
     const y = dagCbor.encode(b)
     return x.length === y.length && x.every((v, i) => v === y[i])
   } catch {
+    // a value DAG-CBOR cannot encode equals nothing
     return false
   }
 }

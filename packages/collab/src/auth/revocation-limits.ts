@@ -4,7 +4,7 @@
  * not trusted, and when each record may be forgotten (the revoked token's
  * `exp` plus the clock skew). Bookkeeping only: the store holds the records.
  */
-import { RevocationQuotaError } from './errors.js'
+import { RevocationQuotaError } from '../errors.js'
 import type { Did } from '@ioa/interconnect'
 
 export interface RevocationLimitsInit {

@@ -5,12 +5,16 @@
  * or from the result of a step it depends on (`{ $ref: 'step.a.b' }`).
  *
  * Normative description: `spec/collab-plans.md`.
+ *
+ * This file is the schema, the references and the validation of a plan;
+ * resolving a step's input is resolve.ts (re-exported here), the helpers the
+ * planners share are planners/shared.ts.
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { assertCapability } from '@ioa/interconnect'
-import type { DiscoveredAgent, DiscoveryQuery, Skill } from '@ioa/interconnect'
+import type { DiscoveredAgent, DiscoveryQuery } from '@ioa/interconnect'
 import { z } from 'zod'
-import { InvalidPlanError, PlannerFailedError } from './errors.js'
+import { InvalidPlanError } from '../errors.js'
 
 /** What someone wants done */
 export interface Goal {
@@ -109,7 +113,8 @@ export interface InvalidPlanDetails {
   ref?: string
 }
 
-function invalid (field: string, message: string, extra: Partial<InvalidPlanDetails> = {}, cause?: unknown): Error {
+/** @internal */
+export function invalid (field: string, message: string, extra: Partial<InvalidPlanDetails> = {}, cause?: unknown): Error {
   const err = new InvalidPlanError(`Invalid plan: ${field}: ${message}`, cause != null ? { cause } : undefined)
   Object.assign(err, { field, ...extra })
   return err
@@ -183,7 +188,8 @@ function fieldOf (path: ReadonlyArray<PropertyKey>): string {
 type Reference = { kind: '$ref', step: string, path: string[], text: string } |
 { kind: '$input', path: string[], text: string }
 
-function isPlainObject (v: unknown): v is Record<string, unknown> {
+/** @internal */
+export function isPlainObject (v: unknown): v is Record<string, unknown> {
   if (v == null || typeof v !== 'object' || Array.isArray(v)) return false
   const proto = Object.getPrototypeOf(v)
   return proto === Object.prototype || proto === null
@@ -201,7 +207,8 @@ function splitPath (text: string, allowEmpty: boolean): string[] | undefined {
  * Is `value` a reference object? Returns the reference, `undefined` for other
  * values; throws (via `bad`) for malformed reference objects
  */
-function asReference (value: unknown, bad: (msg: string) => never): Reference | '$literal' | undefined {
+/** @internal */
+export function asReference (value: unknown, bad: (msg: string) => never): Reference | '$literal' | undefined {
   if (!isPlainObject(value)) return undefined
   const keys = Object.keys(value)
   const special = keys.filter(k => k === '$ref' || k === '$input' || k === '$literal')
@@ -500,130 +507,4 @@ export function validatePlan (plan: unknown): Plan {
   return out
 }
 
-// ---------------------------------------------------------------------------
-// Resolution
-
-const MISSING = Symbol('missing')
-
-function walkPath (value: unknown, path: readonly string[]): unknown {
-  let at = value
-  for (const seg of path) {
-    if (Array.isArray(at)) {
-      if (!/^(0|[1-9][0-9]*)$/.test(seg)) return MISSING
-      const i = Number(seg)
-      if (i >= at.length) return MISSING
-      at = at[i]
-    } else if (at != null && typeof at === 'object' && !(at instanceof Uint8Array) && Object.hasOwn(at, seg)) {
-      at = (at as Record<string, unknown>)[seg]
-    } else {
-      return MISSING
-    }
-  }
-  return at
-}
-
-function resolveValue (value: unknown, results: ReadonlyMap<string, unknown>, goalInput: unknown, field: string): unknown {
-  if (Array.isArray(value)) return value.map((v, i) => resolveValue(v, results, goalInput, `${field}[${i}]`))
-  if (!isPlainObject(value)) return value
-  const ref = asReference(value, msg => { throw invalid(field, msg) })
-  if (ref === '$literal') return value.$literal
-  if (ref != null) {
-    const refText = `${ref.kind}:${ref.text}`
-    if (ref.kind === '$ref') {
-      if (!results.has(ref.step)) {
-        throw invalid(`${field}.$ref`, `unresolved reference "${ref.text}": no result of step "${ref.step}"`, { ref: refText })
-      }
-      const v = walkPath(results.get(ref.step), ref.path)
-      if (v === MISSING) {
-        throw invalid(`${field}.$ref`, `unresolved reference "${ref.text}": the result of step "${ref.step}" has no "${ref.path.join('.')}"`, { ref: refText })
-      }
-      return v
-    }
-    const v = walkPath(goalInput, ref.path)
-    if (v === MISSING) throw invalid(`${field}.$input`, `unresolved reference "$input:${ref.text}": the goal input has no "${ref.text}"`, { ref: refText })
-    return v
-  }
-  // Object.fromEntries defines own properties, so a key `__proto__` stays data
-  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveValue(v, results, goalInput, `${field}.${k}`)]))
-}
-
-/**
- * Replace every reference in a step input by its value: `{ $ref: 'step.a.b' }`
- * by field `a.b` of the result of `step` in `results`, `{ $input: 'a.b' }` by
- * field `a.b` of `goalInput`, `{ $literal: v }` by `v` (not resolved further).
- * Returns a new value; throws `InvalidPlanError` (with `field` and `ref`) for
- * a reference that cannot be resolved.
- */
-export function resolveInput (input: Record<string, unknown>, results: ReadonlyMap<string, unknown>, goalInput: unknown): Record<string, unknown>
-export function resolveInput (input: unknown, results: ReadonlyMap<string, unknown>, goalInput: unknown): unknown
-export function resolveInput (input: unknown, results: ReadonlyMap<string, unknown>, goalInput: unknown): unknown {
-  return resolveValue(input, results, goalInput, 'input')
-}
-
-/**
- * The goal to hand to the agent that runs a hierarchical step: the step's
- * sub-goal with its input resolved and its depth one more than the plan's
- */
-export function subGoal (plan: Plan, step: PlanStep, results: ReadonlyMap<string, unknown>): Goal {
-  if (step.goal == null) throw invalid('goal', `step "${step.id}" has no sub-goal`)
-  const out: Goal = {
-    intent: step.goal.intent,
-    input: resolveValue(step.goal.input, results, plan.goal.input, 'goal.input') as Record<string, unknown>,
-    depth: (plan.goal.depth ?? 0) + 1
-  }
-  if (step.goal.want != null) out.want = step.goal.want
-  return out
-}
-
-// ---------------------------------------------------------------------------
-// Shared by the planners (not part of the package's public API)
-
-/** Reject with the signal's reason when it aborts first */
-export async function raceSignal<T> (p: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (signal == null) return await p
-  signal.throwIfAborted()
-  let onAbort: (() => void) | undefined
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_resolve, reject) => {
-        onAbort = () => { reject(signal.reason) }
-        signal.addEventListener('abort', onAbort, { once: true })
-      })
-    ])
-  } finally {
-    if (onAbort != null) signal.removeEventListener('abort', onAbort)
-  }
-}
-
-/** What a planner knows about a capability */
-export type SkillInfo = Pick<Skill, 'id'> & Partial<Pick<Skill, 'name' | 'description' | 'inputSchema' | 'outputSchema'>>
-
-/**
- * Look up each capability prefix with `discover` and collect the matching
- * skills, best-ranked agent first; one entry per skill id (the first seen)
- */
-export async function discoverSkills (discover: NonNullable<PlannerContext['discover']>, prefixes: readonly string[], signal?: AbortSignal): Promise<SkillInfo[]> {
-  const seen = new Map<string, SkillInfo>()
-  for (const capability of prefixes) {
-    signal?.throwIfAborted()
-    let agents: DiscoveredAgent[]
-    try {
-      agents = await raceSignal(discover({ capability }), signal)
-    } catch (err) {
-      if (signal?.aborted === true) throw signal.reason
-      throw new PlannerFailedError(`Discovery of "${capability}" failed: ${(err as Error)?.message ?? String(err)}`, { cause: err })
-    }
-    for (const a of agents) {
-      for (const s of a.skills ?? []) {
-        if (!seen.has(s.id)) seen.set(s.id, s)
-      }
-    }
-  }
-  return [...seen.values()]
-}
-
-/** A fresh plan id */
-export function newPlanId (): string {
-  return globalThis.crypto.randomUUID()
-}
+export { resolveInput, subGoal } from './resolve.js'

@@ -20,12 +20,18 @@ function fast (): NodeCrypto | undefined {
     nodeCrypto = null
     // not in a browser: the first calls take the portable path meanwhile
     if (typeof process !== 'undefined' && process.versions?.node != null) {
+      // (no node:crypto after all: the portable path stays, which is correct, only slower)
       import('node:crypto').then(m => { nodeCrypto = m }, () => {})
     }
   }
   return nodeCrypto ?? undefined
 }
 
+/**
+ * Native keys, shared by the process on purpose: a DID's public key object is
+ * a pure function of the DID (bounded, oldest dropped first); private key
+ * objects live as long as their key (a WeakMap)
+ */
 const MAX_KEYS = 4096
 const publicKeys = new Map<string, KeyObject>()
 const privateKeys = new WeakMap<PrivateKey, KeyObject>()
@@ -44,6 +50,7 @@ export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Arr
     try {
       return await key.verify(data, sig)
     } catch {
+      // a key or signature the library refuses is a bad signature (the contract: never throws)
       return false
     }
   }
@@ -56,6 +63,7 @@ export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Arr
     }
     return c.verify(null, data, obj, sig)
   } catch {
+    // a key or signature node:crypto refuses is a bad signature (the contract: never throws)
     return false
   }
 }

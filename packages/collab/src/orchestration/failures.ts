@@ -1,0 +1,37 @@
+/**
+ * How the orchestrator reads a subtask's failure: which error codes end a
+ * step at once, which mean the request never reached the executor, which the
+ * executor refuses with, and which mark a provider as presumed gone.
+ */
+import type { AttemptState } from './journal.js'
+
+/** The `{ code, message }` of an error, as a task reports it (the executor's own mapping) */
+export { errorOf } from '../tasks/wire.js'
+
+/** Codes after which a step fails at once: the authority, the input or the limits are wrong, not the provider */
+export const FATAL = new Set([
+  'INVALID_TOKEN', 'INVALID_SIGNATURE', 'TOKEN_EXPIRED', 'TOKEN_NOT_YET_VALID', 'ESCALATION', 'PRINCIPAL_MISMATCH',
+  'CHAIN_TOO_DEEP', 'REVOKED', 'UNAUTHORIZED', 'POLICY_DENIED', 'APPROVAL_REQUIRED', 'DEADLINE_EXCEEDED',
+  'BUDGET_EXCEEDED', 'INVALID_PLAN', 'INVALID_ENVELOPE', 'PLANNER_FAILED'
+])
+
+/** Codes of errors that mean the request did not reach the executor (no task was created there) */
+export const NOT_REACHED = new Set(['DIAL_FAILED', 'UNKNOWN_AGENT', 'PEER_UNREACHABLE', 'NOT_STARTED', 'PROTOCOL_NOT_SUPPORTED', 'AGENT_NOT_HERE'])
+
+/** Codes the executor answers a submit with instead of creating a task */
+export const REFUSED = new Set(['NO_PROVIDER', 'TOO_MANY_REQUESTS', 'REPLAY', 'ENVELOPE_EXPIRED', ...FATAL])
+
+/** Attempt states after which the executor's task is known not to have completed */
+export const FAILED_STATES = new Set<AttemptState>(['failed', 'canceled', 'rejected'])
+
+/** Codes of a provider presumed gone (deprioritised for a while) */
+export const GONE = new Set(['LEASE_LAPSED', 'INTERRUPTED', ...NOT_REACHED])
+
+/** A provider that failed like this is ranked last for this long, ms */
+export const SUSPECT_FOR = 60_000
+
+export function codeOf (err: unknown): string {
+  const c = (err as { code?: unknown } | undefined)?.code
+  return typeof c === 'string' ? c : 'ERROR'
+}
+

@@ -1,0 +1,174 @@
+/**
+ * The public types of the task service (`createTaskService`): task events,
+ * requests, the handler's context, the service's options and interface.
+ */
+import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
+import type { ReplayCache, ReplayCacheInit } from '../auth/envelope.js'
+import type { Approval, Policy } from '../auth/policy.js'
+import type { TaskError, TaskLimits, TaskSnapshot, TaskState } from './model.js'
+import type { TaskRetentionInit } from './retention.js'
+import type { Did, Identity, Interconnect } from '@ioa/interconnect'
+import type { Messaging } from '@ioa/transport'
+import type { ComponentLogger, PeerId } from '@libp2p/interface'
+import type { Datastore } from 'interface-datastore'
+
+export type TaskEvent =
+  /** The task's current snapshot: first event of every stream, then on every change */
+  | { type: 'status', task: TaskSnapshot }
+  /** A new artifact (also in `task.artifacts`) */
+  | { type: 'artifact', task: TaskSnapshot, artifact: unknown }
+  /** Lease renewal: the executor still holds the task */
+  | { type: 'heartbeat', taskId: string, state: TaskState, lease: number, at: number }
+  /** Requester side only, never on the wire: the lease lapsed; the stream ends */
+  | { type: 'lapsed', taskId: string, state?: TaskState, lastSeen: number, error: TaskError }
+
+export interface TaskRequest {
+  /** The capability to invoke */
+  skill: string
+  input: unknown
+  /** Delegation tokens, leaf (audience: the sender) first */
+  proofs: Token[]
+  /** ms since the epoch: the task fails with DEADLINE_EXCEEDED if still running then */
+  deadline?: number
+  /** Budget (abstract units) the executor may spend; comes out of the parent's */
+  budget?: number
+  /** A repeated submit with the same key (same sender, same executor) never runs the handler again */
+  idempotencyKey?: string
+  /** @default a random UUID */
+  taskId?: string
+  /** @default the task id */
+  contextId?: string
+  /** Validity of the signed envelope, in ms @default 60_000 */
+  ttl?: number
+}
+
+/** Where a subtask's deadline and budget come from (a handler's context is one) */
+export interface TaskScope {
+  readonly deadline?: number
+  /** Remaining budget; undefined = unlimited */
+  readonly budget?: number
+  /** Take `amount` out of the remaining budget; throws BudgetExceededError if it is not there */
+  spend(amount: number): void
+}
+
+export interface SubmitOptions {
+  signal?: AbortSignal
+  /** The task this one is a subtask of: deadline ≤ parent's, budget taken from the parent's */
+  parent?: TaskScope
+}
+
+export interface SkillContext extends TaskScope {
+  /** The task as it was when the handler started */
+  readonly task: TaskSnapshot
+  /** The agent that sent the request */
+  readonly caller: Did
+  readonly chain: VerifiedChain
+  /** The leaf capability that authorized the call */
+  readonly capability: Capability
+  /** Aborted on cancel, at the deadline and when the service stops */
+  readonly signal: AbortSignal
+  /** Append a progress message (streamed as a status event) */
+  progress(message: unknown): void
+  /** Add an artifact (streamed as an artifact event) */
+  artifact(artifact: unknown): void
+}
+
+export type SkillHandler = (input: unknown, ctx: SkillContext) => unknown
+
+export interface ServeOptions {
+  /** Policy for this skill, applied after the service's own policy */
+  policy?: Policy
+}
+
+/**
+ * The slice of a node and its interconnect the task service needs (as
+ * libp2p services declare theirs); `createTaskService(ic)` takes it from an
+ * interconnect
+ */
+export interface TaskServiceComponents {
+  /** This node's peer id (a local submit's sender peer) */
+  peerId: PeerId
+  logger: ComponentLogger
+  /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` */
+  messaging: Pick<Messaging, 'handle' | 'handleStream' | 'unhandle' | 'request' | 'stream'>
+  /** Hosted agents (senders, local executors), agent routes, and the ranking feedback of finished tasks */
+  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'>
+}
+
+export interface TaskServiceInit {
+  /** Task snapshots and idempotency keys @default an in-memory datastore */
+  datastore?: Datastore
+  /** Call-time policy for every served skill */
+  policy?: Policy
+  /** Heartbeat interval of the executor; a requester reports a lapse after 3× this without news @default 1_000 */
+  leaseInterval?: number
+  /**
+   * A non-terminal task that no stream (submit or resubscribe) follows for
+   * this long is canceled with `ABANDONED`, in ms (spec 7.1)
+   *
+   * @default 3 × leaseInterval
+   */
+  abandonAfter?: number
+  /** Replay cache (or its options) for received envelopes */
+  replayCache?: ReplayCache | ReplayCacheInit
+  /**
+   * Longest envelope validity (exp - iat) accepted, in ms: a nonce is
+   * remembered at most this long plus the clock skew
+   *
+   * @default 600_000
+   */
+  replayWindow?: number
+  /** Revocation check of every token of a chain (a RevocationStore) */
+  revocations?: { isRevoked(cid: string, issuers?: readonly Did[]): boolean | Promise<boolean> }
+  /** Same as `revocations`, as a function (`issuers`: who may revoke the token) */
+  isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
+  /** Accepted root principals of delegation chains (default: any) */
+  roots?: Did[]
+  /** @default 30_000 */
+  clockSkew?: number
+  /** Longest delegation chain @default 8 */
+  maxDepth?: number
+  /** How long a task waits in auth-required before it is rejected, ms @default 600_000 */
+  approvalTimeout?: number
+  /** Timeout of unary task requests (get, cancel, approve), ms @default 10_000 */
+  requestTimeout?: number
+  limits?: Partial<TaskLimits>
+  /** How long and how many finished tasks (and their idempotency keys) are kept (spec 9.1) */
+  retention?: TaskRetentionInit
+  /**
+   * Requester side: tasks whose executor peer is remembered for `get`,
+   * `cancel` and `resubscribe` (least recently used forgotten first; a
+   * forgotten one is looked up again)
+   *
+   * @default 4_096
+   */
+  maxRoutes?: number
+}
+
+export interface TaskService {
+  /** Run `handler` for requests to `agentDid` (hosted on this interconnect) for `skill` */
+  serve(agentDid: Did, skill: string, handler: SkillHandler, options?: ServeOptions): Promise<void>
+  /** Stop serving a skill (running tasks continue) */
+  unserve(agentDid: Did, skill: string): void
+  /**
+   * Ask `to` to run a task. Streams its events until it reaches a terminal
+   * state, or until its lease lapses (a final `lapsed` event). Stopping the
+   * iteration stops listening; it does not cancel the task at once, but an
+   * executor cancels a task that no stream follows for its `abandonAfter`
+   * (3 leases by default, `ABANDONED`): `resubscribe` before then to keep it.
+   * Concurrent submits with one idempotency key share one stream.
+   */
+  submit(from: Did | Identity, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined>
+  /** `submit` until the end: the completed snapshot, or a typed error (its `task` holds the snapshot) */
+  submitAndWait(from: Did | Identity, to: Did, request: TaskRequest, options?: SubmitOptions & { onEvent?: (event: TaskEvent) => void }): Promise<TaskSnapshot>
+  get(to: Did, taskId: string, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
+  cancel(to: Did, taskId: string, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
+  /** Stream a task's events again, from its current state (after a disconnect) */
+  resubscribe(to: Did, taskId: string, options?: { signal?: AbortSignal }): AsyncGenerator<TaskEvent, void, undefined>
+  /** Hand an approval record to the executor: the task leaves auth-required and runs */
+  approve(to: Did, taskId: string, approval: Approval, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
+  /** Register the protocol (done by the first `serve`; requesters need not call it) */
+  start(): Promise<void>
+  /** Unregister the protocol; running tasks fail with INTERRUPTED */
+  stop(): Promise<void>
+}

@@ -1,0 +1,121 @@
+/**
+ * The executor's per-task state: a served skill, a subscriber's bounded
+ * event queue, a live task, and the context handed to a skill handler.
+ */
+import { BudgetExceededError } from '../errors.js'
+import { isTerminal } from './model.js'
+import type { SkillContext, SkillHandler, TaskEvent } from './api.js'
+import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
+import type { Policy } from '../auth/policy.js'
+import type { TaskRecord, TaskSnapshot } from './model.js'
+import type { Did } from '@ioa/interconnect'
+
+/** Events of one subscriber queued before the oldest non-terminal ones are dropped */
+const MAX_QUEUED_EVENTS = 64
+
+/** The key of a task in the executor's and the requester's maps */
+export function taskKey (agent: Did, id: string): string {
+  return `${agent}\n${id}`
+}
+
+export interface Served {
+  handler: SkillHandler
+  policy?: Policy
+}
+
+export class Subscriber {
+  private readonly queue: TaskEvent[] = []
+  private wake?: () => void
+
+  push (e: TaskEvent): void {
+    this.queue.push(e)
+    if (this.queue.length > MAX_QUEUED_EVENTS) {
+      // a slow reader: drop the oldest non-terminal event (later statuses carry the full snapshot)
+      const i = this.queue.findIndex(x => !(x.type === 'status' && isTerminal(x.task.state)))
+      if (i >= 0) this.queue.splice(i, 1)
+    }
+    this.wake?.()
+  }
+
+  /** The next event, or undefined after `timeout` ms without one */
+  async next (timeout: number, signal: AbortSignal): Promise<TaskEvent | undefined> {
+    if (this.queue.length > 0) return this.queue.shift()
+    signal.throwIfAborted()
+    await new Promise<void>((resolve, reject) => {
+      const done = (): void => {
+        clearTimeout(t)
+        signal.removeEventListener('abort', onAbort)
+        this.wake = undefined
+      }
+      const onAbort = (): void => { done(); reject(signal.reason) }
+      const t = setTimeout(() => { done(); resolve() }, timeout)
+      this.wake = () => { done(); resolve() }
+      signal.addEventListener('abort', onAbort, { once: true })
+    })
+    return this.queue.shift()
+  }
+}
+
+export interface Live {
+  record: TaskRecord
+  controller: AbortController
+  subscribers: Set<Subscriber>
+  deadlineTimer?: ReturnType<typeof setTimeout>
+  approvalTimer?: ReturnType<typeof setTimeout>
+  /** what the handler needs, kept from acceptance until it starts (auth-required) */
+  pending?: { input: unknown, chain: VerifiedChain, capability: Capability, proofs: Token[], served: Served, budget?: number }
+  writing: Promise<void>
+  saveQueued: boolean
+  /** Gives the task's fair-share slots back (once) */
+  release: () => void
+  /** Runs while no stream follows the task */
+  abandonTimer?: ReturnType<typeof setTimeout>
+  /** Until when the task's envelope could be replayed (kept at least that long) */
+  keepUntil: number
+}
+
+export class HandlerContext implements SkillContext {
+  readonly task: TaskSnapshot
+  readonly caller: Did
+  readonly chain: VerifiedChain
+  readonly capability: Capability
+  readonly signal: AbortSignal
+  readonly deadline?: number
+  private remaining?: number
+  private readonly onProgress: (m: unknown) => void
+  private readonly onArtifact: (a: unknown) => void
+
+  constructor (init: {
+    task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: AbortSignal,
+    deadline?: number, budget?: number, progress(m: unknown): void, artifact(a: unknown): void
+  }) {
+    this.task = init.task
+    this.caller = init.caller
+    this.chain = init.chain
+    this.capability = init.capability
+    this.signal = init.signal
+    this.deadline = init.deadline
+    this.remaining = init.budget
+    this.onProgress = init.progress
+    this.onArtifact = init.artifact
+  }
+
+  get budget (): number | undefined {
+    return this.remaining
+  }
+
+  spend (amount: number): void {
+    if (typeof amount !== 'number' || !Number.isFinite(amount) || amount < 0) throw new RangeError('amount must be a non-negative number')
+    if (this.remaining == null) return
+    if (amount > this.remaining) throw new BudgetExceededError(`Spending ${amount} exceeds the remaining budget ${this.remaining}`)
+    this.remaining -= amount
+  }
+
+  progress (message: unknown): void {
+    this.onProgress(message)
+  }
+
+  artifact (artifact: unknown): void {
+    this.onArtifact(artifact)
+  }
+}

@@ -1,0 +1,595 @@
+/**
+ * The executor side of the task protocol: serves skills on `/ioa/task/1.0.0`,
+ * verifies each submit (envelope, chain, replay, policy, approval), admits it
+ * within the fair-share limits, runs the skill handler and streams the task's
+ * states to its subscribers with lease heartbeats (spec/collab-tasks.md).
+ *
+ * Over 500 lines on purpose: one class owns the live tasks of this node, and
+ * its parts (accept, run, follow, the control handlers, finish) keep one set
+ * of invariants over that state (a task is live until finish, once); split
+ * apart they would have to expose it.
+ */
+import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
+import { CanceledError, TooManyRequestsError } from '@ioa/transport'
+import { MemoryDatastore } from 'datastore-core'
+import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
+import {
+  ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
+} from '../auth/envelope.js'
+import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
+import {
+  ApprovalRequiredError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
+  NoProviderError, UnauthorizedError, UnknownTaskError
+} from '../errors.js'
+import { TaskAdmission, addressKey } from './admission.js'
+import { HandlerContext, Subscriber, taskKey } from './executor-state.js'
+import {
+  DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTerminal, transition
+} from './model.js'
+import { TaskRetention } from './retention.js'
+import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef, roundTrip } from './wire.js'
+import type { ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
+import type { Live, Served } from './executor-state.js'
+import type { Envelope } from '../auth/envelope.js'
+import type { Policy } from '../auth/policy.js'
+import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
+import type { Retained } from './retention.js'
+import type { Did } from '@ioa/interconnect'
+import type { Logger } from '@libp2p/interface'
+
+/** Longest lease interval of this executor: heartbeats must come well within the transport's handler idle limit (30 s) */
+const MAX_OWN_LEASE = 20_000
+
+/** Finished tasks kept in memory for fast `get` (the datastore has them all) */
+const RECENT_TASKS = 256
+
+export class TaskExecutor {
+  private readonly components: TaskServiceComponents
+  private readonly store: TaskStore
+  private readonly policy?: Policy
+  /** Heartbeat interval of this executor (also the requester's first lease guess) */
+  readonly lease: number
+  private readonly replay: ReplayCache
+  private readonly replayWindow: number
+  private readonly isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
+  private readonly roots?: Did[]
+  private readonly clockSkew: number
+  private readonly maxDepth?: number
+  private readonly approvalTimeout: number
+  readonly limits: TaskLimits
+  private readonly admission: TaskAdmission
+  private readonly abandonAfter: number
+  private readonly retention: TaskRetention
+  private readonly log: Logger
+  private readonly served = new Map<Did, Map<string, Served>>()
+  private readonly live = new Map<string, Live>()
+  private readonly recent = new Map<string, TaskRecord>()
+  private readonly locks = new Map<string, Promise<unknown>>()
+  private starting?: Promise<void>
+  private started = false
+
+  constructor (components: TaskServiceComponents, init: TaskServiceInit = {}) {
+    this.components = components
+    this.store = new TaskStore(init.datastore ?? new MemoryDatastore())
+    this.policy = init.policy
+    this.lease = init.leaseInterval ?? 1_000
+    if (!Number.isFinite(this.lease) || this.lease < MIN_LEASE || this.lease > MAX_OWN_LEASE) {
+      throw new RangeError(`leaseInterval must be ${MIN_LEASE}-${MAX_OWN_LEASE} ms`)
+    }
+    this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
+    this.replay = init.replayCache instanceof ReplayCache
+      ? init.replayCache
+      : new ReplayCache({ clockSkew: this.clockSkew, ...init.replayCache })
+    const revs = init.revocations
+    const fn = init.isRevoked
+    if (revs != null || fn != null) {
+      this.isRevoked = async (cid, issuers) => (fn != null && await fn(cid, issuers)) || (revs != null && await revs.isRevoked(cid, issuers))
+    }
+    this.replayWindow = init.replayWindow ?? ENVELOPE_LIMITS.maxTtl
+    if (!Number.isFinite(this.replayWindow) || this.replayWindow <= 0 || this.replayWindow > ENVELOPE_LIMITS.maxTtl) {
+      throw new RangeError(`replayWindow must be 1-${ENVELOPE_LIMITS.maxTtl} ms`)
+    }
+    this.roots = init.roots
+    this.maxDepth = init.maxDepth
+    this.approvalTimeout = init.approvalTimeout ?? 600_000
+    this.limits = { ...DEFAULT_TASK_LIMITS, ...init.limits }
+    this.admission = new TaskAdmission({
+      maxActiveTasks: this.limits.maxActiveTasks,
+      maxActiveTasksPerPeer: this.limits.maxActiveTasksPerPeer,
+      maxActiveTasksPerCaller: this.limits.maxActiveTasksPerCaller,
+      maxActiveTasksPerAddress: this.limits.maxActiveTasksPerAddress
+    })
+    this.abandonAfter = init.abandonAfter ?? 3 * this.lease
+    if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
+    this.log = components.logger.forComponent('ioa:collab:executor')
+    this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
+      this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
+    })
+  }
+
+  /** The retention entry of a task that is terminal now */
+  private retained (r: TaskRecord, keepUntil: number, settled?: Promise<void>): Retained {
+    return {
+      agent: r.agent,
+      id: r.snapshot.id,
+      owner: r.owner,
+      ...(r.idempotencyKey != null ? { idempotencyKey: r.idempotencyKey } : {}),
+      finishedAt: r.snapshot.updatedAt,
+      keepUntil,
+      ...(settled != null ? { settled } : {})
+    }
+  }
+
+  /** Until when an envelope accepted at `createdAt` could be replayed, when its expiry is not known */
+  private replayBound (createdAt: number): number {
+    return createdAt + this.replayWindow + 2 * this.clockSkew
+  }
+
+  /** Remove a finished task and its idempotency key (retention) */
+  private async forget (e: Retained): Promise<void> {
+    await e.settled
+    await this.locked(e.agent, async () => {
+      const key = taskKey(e.agent, e.id)
+      if (this.live.has(key)) return
+      this.recent.delete(key)
+      await this.store.delete(e.agent, e.id)
+      if (e.idempotencyKey != null && await this.store.getIdempotent(e.agent, e.owner, e.idempotencyKey) === e.id) {
+        await this.store.deleteIdempotent(e.agent, e.owner, e.idempotencyKey)
+      }
+    })
+  }
+
+  // ---- lifecycle -----------------------------------------------------
+
+  async start (): Promise<void> {
+    this.starting ??= (async () => {
+      // tasks left running by a previous process can never finish
+      const finished: Retained[] = []
+      for await (const r of this.store.all()) {
+        if (!isTerminal(r.snapshot.state)) {
+          r.snapshot = transition(r.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor restarted' } })
+          await this.store.put(r)
+        }
+        finished.push(this.retained(r, this.replayBound(r.snapshot.createdAt)))
+      }
+      this.retention.load(finished)
+      this.retention.start()
+      const m = this.components.messaging
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
+      await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
+      await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
+      await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
+      await m.handle(TASK_PROTOCOL, 'approve', async (payload) => this.onApprove(payload))
+      this.started = true
+    })()
+    await this.starting
+  }
+
+  async stop (): Promise<void> {
+    if (this.starting == null) return
+    // a failed start was reported to its caller; stop undoes what it did
+    await this.starting.catch(() => {})
+    this.starting = undefined
+    if (this.started) {
+      this.started = false
+      await this.components.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
+        // stopping goes on: the node may be stopping too
+        this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
+      })
+    }
+    const running = [...this.live.values()]
+    for (const live of running) {
+      this.finish(live, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor stopped' } })
+    }
+    await Promise.all(running.map(async l => l.writing))
+    await this.retention.stop()
+  }
+
+  async serve (agentDid: Did, skill: string, handler: SkillHandler, options: ServeOptions = {}): Promise<void> {
+    if (!isDid(agentDid)) throw new UnknownAgentError(`Not an agent id: ${String(agentDid).slice(0, 80)}`)
+    assertCapability(skill)
+    if (typeof handler !== 'function') throw new TypeError('handler must be a function')
+    let skills = this.served.get(agentDid)
+    if (skills == null) {
+      skills = new Map()
+      this.served.set(agentDid, skills)
+    }
+    skills.set(skill, { handler, policy: options.policy })
+    await this.start()
+  }
+
+  unserve (agentDid: Did, skill: string): void {
+    this.served.get(agentDid)?.delete(skill)
+  }
+
+  /** Whether some skill of `agent` was ever served here */
+  serves (agent: Did): boolean {
+    return this.served.has(agent)
+  }
+
+  private selfPeer (): string {
+    return this.components.peerId.toString()
+  }
+
+  // ---- executor: bookkeeping -----------------------------------------
+
+  private async locked<T> (key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(key) ?? Promise.resolve()
+    // the previous holder's failure is its own (it got `run`); the next one only waits for it
+    const run = prev.catch(() => {}).then(fn)
+    const tail = run.catch(() => {})
+    this.locks.set(key, tail)
+    try {
+      return await run
+    } finally {
+      if (this.locks.get(key) === tail) this.locks.delete(key)
+    }
+  }
+
+  private save (live: Live): void {
+    if (live.saveQueued) return
+    live.saveQueued = true
+    live.writing = live.writing.then(async () => {
+      live.saveQueued = false
+      await this.store.put(live.record)
+    }).catch((err: unknown) => {
+      // the datastore failed: the in-memory task goes on; the next change writes again
+      this.log.error('could not store task %s of %s: %e', live.record.snapshot.id, live.record.agent, err)
+    })
+  }
+
+  private emit (live: Live, event: TaskEvent): void {
+    for (const s of live.subscribers) s.push(event)
+  }
+
+  private update (live: Live, snapshot: TaskSnapshot): void {
+    live.record.snapshot = snapshot
+    this.save(live)
+  }
+
+  private setState (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
+    this.update(live, transition(live.record.snapshot, to, patch))
+    this.emit(live, { type: 'status', task: live.record.snapshot })
+  }
+
+  private attach (live: Live, sub: Subscriber): void {
+    live.subscribers.add(sub)
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = undefined
+  }
+
+  /** A stream stopped following the task: with none left, it is abandoned unless one comes back in time */
+  private detach (live: Live, sub: Subscriber): void {
+    if (!live.subscribers.delete(sub) || live.subscribers.size > 0 || isTerminal(live.record.snapshot.state)) return
+    clearTimeout(live.abandonTimer)
+    live.abandonTimer = setTimeout(() => {
+      if (live.subscribers.size > 0) return
+      this.log('task %s of %s abandoned: no stream for %d ms', live.record.snapshot.id, live.record.owner, this.abandonAfter)
+      this.finish(live, 'canceled', { error: { code: 'ABANDONED', message: `No stream followed the task for ${this.abandonAfter} ms` } })
+    }, this.abandonAfter)
+    live.abandonTimer.unref?.()
+  }
+
+  /** Move a task to a terminal state once; later calls do nothing */
+  private finish (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
+    if (isTerminal(live.record.snapshot.state)) return
+    clearTimeout(live.deadlineTimer)
+    clearTimeout(live.approvalTimer)
+    clearTimeout(live.abandonTimer)
+    live.release()
+    live.pending = undefined
+    this.setState(live, to, patch)
+    if (!live.controller.signal.aborted) {
+      const reason = patch.error?.code === DeadlineExceededError.code
+        ? new DeadlineExceededError(patch.error.message)
+        : to === 'canceled'
+          ? new CanceledError('Task canceled')
+          : new CollabError(patch.error?.code ?? 'TASK_ENDED', patch.error?.message ?? `Task ${to}`)
+      live.controller.abort(reason)
+    }
+    const key = taskKey(live.record.agent, live.record.snapshot.id)
+    this.live.delete(key)
+    this.retention.add(this.retained(live.record, live.keepUntil, live.writing))
+    this.recent.set(key, live.record)
+    while (this.recent.size > RECENT_TASKS) this.recent.delete(this.recent.keys().next().value as string)
+  }
+
+  /** A task by id: live, recently finished, or from the datastore */
+  private async load (agent: Did, id: string): Promise<Live | TaskRecord | undefined> {
+    const key = taskKey(agent, id)
+    const live = this.live.get(key)
+    if (live != null) return live
+    const recent = this.recent.get(key)
+    if (recent != null) return recent
+    const stored = await this.store.get(agent, id)
+    if (stored != null && !isTerminal(stored.snapshot.state)) {
+      // not live here, so no handler runs it any more
+      stored.snapshot = transition(stored.snapshot, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor lost the task' } })
+      await this.store.put(stored)
+      this.retention.add(this.retained(stored, this.replayBound(stored.snapshot.createdAt)))
+    }
+    return stored
+  }
+
+  // ---- executor: submit ------------------------------------------------
+
+  /**
+   * Verify a submit and create its task (or find the task it repeats). A new
+   * task gets `sub` attached before anything runs, so its stream shows every
+   * state from `submitted` on.
+   */
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string): Promise<Live | TaskRecord> {
+    const { checked, rawBody } = checkSubmit(payload)
+    const envelope: Envelope = checked.envelope
+    const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
+    const p = envelope.payload
+    const served = this.served.get(p.to)?.get(p.skill)
+    if (served == null) throw new NoProviderError(`Agent ${p.to} does not serve ${p.skill} on this node`)
+
+    const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
+    const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
+      self: p.to,
+      replayCache: this.replay,
+      peer,
+      clockSkew: this.clockSkew,
+      maxTtl: this.replayWindow,
+      ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
+      ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
+      ...(this.roots != null ? { roots: this.roots } : {})
+    })
+
+    const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean }> => {
+      const existing = await this.load(p.to, p.task)
+      if (existing != null) {
+        const owner = 'record' in existing ? existing.record.owner : existing.owner
+        if (owner !== p.from) throw new InvalidEnvelopeError('Task id already in use')
+        return { task: existing, fresh: false }
+      }
+      if (body.idempotencyKey != null) {
+        const id = await this.store.getIdempotent(p.to, p.from, body.idempotencyKey)
+        const earlier = id != null ? await this.load(p.to, id) : undefined
+        if (earlier != null) return { task: earlier, fresh: false }
+      }
+      const now = Date.now()
+      if (body.deadline != null && body.deadline <= now) throw new DeadlineExceededError('The deadline has already passed')
+      let release: () => void
+      try {
+        release = this.admission.admit({ caller: p.from, ...(peer !== this.selfPeer() ? { peer } : {}), ...(address != null ? { address } : {}) })
+      } catch (err: any) {
+        this.log('refused task %s of %s from %s (%s): %s', p.task, p.from, peer, address ?? 'no address', err?.message)
+        throw err
+      }
+      const deadline = Math.min(body.deadline ?? Infinity, now + this.limits.maxTaskDuration)
+      const snapshot: TaskSnapshot = cleanSnapshot({
+        id: p.task,
+        contextId: body.contextId ?? p.task,
+        skill: p.skill,
+        state: 'submitted',
+        messages: [],
+        artifacts: [],
+        deadline,
+        lease: this.lease,
+        createdAt: now,
+        updatedAt: now
+      })
+      const record: TaskRecord = {
+        v: 1,
+        agent: p.to,
+        owner: p.from,
+        peer,
+        body: bodyCid,
+        root: chain.root,
+        ...(body.idempotencyKey != null ? { idempotencyKey: body.idempotencyKey } : {}),
+        snapshot
+      }
+      const live: Live = {
+        record,
+        controller: new AbortController(),
+        subscribers: new Set(),
+        pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
+        writing: Promise.resolve(),
+        saveQueued: false,
+        release,
+        keepUntil: p.exp + this.clockSkew
+      }
+      if (sub != null) {
+        this.attach(live, sub)
+        sub.push({ type: 'status', task: snapshot })
+      }
+      const key = taskKey(p.to, p.task)
+      this.live.set(key, live)
+      // the first write heads the task's chain of writes, so a change made
+      // meanwhile (a cancel) is never overwritten by it
+      const first = this.store.put(record)
+      // (the first write's failure is awaited and handled just below)
+      live.writing = first.catch(() => {})
+      try {
+        await first
+        if (body.idempotencyKey != null) await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
+      } catch (err) {
+        this.live.delete(key)
+        release()
+        throw err
+      }
+      live.deadlineTimer = setTimeout(() => {
+        this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
+      }, Math.min(Math.max(0, deadline - now), 2_147_483_647))
+      live.deadlineTimer.unref?.()
+      return { task: live, fresh: true }
+    })
+    if (!created.fresh || !('record' in created.task)) return created.task
+
+    // a new task: policy, then run or wait for approval
+    const live = created.task
+    const decision = await evaluatePolicy(allOf(...[this.policy, served.policy].filter((x): x is Policy => x != null)), {
+      chain, capability, caller: p.from, skill: p.skill, input: body.input, now: Date.now()
+    })
+    if (isTerminal(live.record.snapshot.state)) return live
+    if (decision.effect === 'deny') {
+      this.finish(live, 'rejected', { error: { code: 'POLICY_DENIED', message: decision.reason } })
+    } else if (decision.effect === 'approve') {
+      this.setState(live, 'auth-required', { auth: { root: chain.root, action: bodyCid, reason: decision.reason } })
+      live.approvalTimer = setTimeout(() => {
+        this.finish(live, 'rejected', { error: { code: ApprovalRequiredError.code, message: 'No approval arrived in time' } })
+      }, Math.min(this.approvalTimeout, 2_147_483_647))
+      live.approvalTimer.unref?.()
+    } else {
+      this.run(live)
+    }
+    return live
+  }
+
+  private run (live: Live): void {
+    const pending = live.pending
+    if (pending == null) return
+    live.pending = undefined
+    this.setState(live, 'working')
+    const snapshot = live.record.snapshot
+    const limits = this.limits
+    const active = (): boolean => !isTerminal(live.record.snapshot.state) && live.record.snapshot.state === 'working'
+    const ctx = new HandlerContext({
+      task: cleanSnapshot(snapshot),
+      caller: live.record.owner,
+      chain: pending.chain,
+      capability: pending.capability,
+      signal: live.controller.signal,
+      deadline: snapshot.deadline,
+      budget: pending.budget,
+      progress: (message) => {
+        if (!active()) return
+        if (encodedSize(message, 'Progress message') > limits.maxMessageBytes) throw new TaskLimitError(`Progress message exceeds ${limits.maxMessageBytes} bytes`)
+        const messages = [...live.record.snapshot.messages, roundTrip(message ?? null)].slice(-limits.maxMessages)
+        this.update(live, cleanSnapshot({ ...live.record.snapshot, messages, updatedAt: Date.now() }))
+        this.emit(live, { type: 'status', task: live.record.snapshot })
+      },
+      artifact: (artifact) => {
+        if (!active()) return
+        if (live.record.snapshot.artifacts.length >= limits.maxArtifacts) throw new TaskLimitError(`More than ${limits.maxArtifacts} artifacts`)
+        if (encodedSize(artifact, 'Artifact') > limits.maxArtifactBytes) throw new TaskLimitError(`Artifact exceeds ${limits.maxArtifactBytes} bytes`)
+        const copy = roundTrip(artifact ?? null)
+        this.update(live, cleanSnapshot({ ...live.record.snapshot, artifacts: [...live.record.snapshot.artifacts, copy], updatedAt: Date.now() }))
+        this.emit(live, { type: 'artifact', task: live.record.snapshot, artifact: copy })
+      }
+    })
+    void (async () => {
+      try {
+        const result = await pending.served.handler(pending.input, ctx)
+        if (encodedSize(result, 'Result') > limits.maxResultBytes) throw new TaskLimitError(`Result exceeds ${limits.maxResultBytes} bytes`)
+        this.finish(live, 'completed', { result: roundTrip(result ?? null) })
+      } catch (err) {
+        this.finish(live, 'failed', { error: errorOf(err) })
+      }
+    })()
+  }
+
+  /**
+   * Stream a task's events until it ends: from its current state, or, with
+   * `attached` (a subscriber that has followed the task since it was created),
+   * from the events queued there
+   */
+  private async * follow (task: Live | TaskRecord, signal: AbortSignal, attached?: Subscriber): AsyncGenerator<TaskEvent> {
+    const live = 'record' in task ? task : undefined
+    if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
+      yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
+      return
+    }
+    let sub = attached
+    if (sub == null) {
+      if (live.subscribers.size >= this.limits.maxSubscribers) {
+        throw new TooManyRequestsError(`More than ${this.limits.maxSubscribers} streams follow task ${live.record.snapshot.id}`)
+      }
+      sub = new Subscriber()
+      this.attach(live, sub)
+    }
+    try {
+      if (attached == null) {
+        yield { type: 'status', task: live.record.snapshot }
+        if (isTerminal(live.record.snapshot.state)) return
+      }
+      while (true) {
+        const event = await sub.next(this.lease, signal)
+        if (event == null) {
+          const s = live.record.snapshot
+          yield { type: 'heartbeat', taskId: s.id, state: s.state, lease: this.lease, at: Date.now() }
+          continue
+        }
+        yield event
+        if (event.type === 'status' && isTerminal(event.task.state)) return
+      }
+    } finally {
+      this.detach(live, sub)
+    }
+  }
+
+  /** @internal also called in-process by the requester for a local agent */
+  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
+    const sub = new Subscriber()
+    const task = await this.accept(payload, peer, sub, address)
+    const attached = 'record' in task && task.subscribers.has(sub)
+    try {
+      yield * this.follow(task, signal, attached ? sub : undefined)
+    } finally {
+      if ('record' in task) this.detach(task, sub)
+    }
+  }
+
+  private async control (payload: unknown, peer: string): Promise<Live | TaskRecord> {
+    const { agent, task } = parseTaskRef(payload)
+    const found = await this.load(agent, task)
+    if (found == null) throw new UnknownTaskError(`No task ${task} at ${agent}`)
+    const owner = 'record' in found ? found.record.peer : found.peer
+    if (owner !== peer) throw new UnauthorizedError('Only the peer that submitted a task may read or cancel it')
+    return found
+  }
+
+  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal): AsyncGenerator<TaskEvent> {
+    const task = await this.control(payload, peer)
+    yield * this.follow(task, signal)
+  }
+
+  async onGet (payload: unknown, peer: string): Promise<TaskSnapshot> {
+    const task = await this.control(payload, peer)
+    return 'record' in task ? task.record.snapshot : task.snapshot
+  }
+
+  async onCancel (payload: unknown, peer: string): Promise<TaskSnapshot> {
+    const task = await this.control(payload, peer)
+    if (!('record' in task)) return task.snapshot
+    this.finish(task, 'canceled', { error: { code: 'CANCELED', message: 'Canceled by the requester' } })
+    return task.record.snapshot
+  }
+
+  async onApprove (payload: unknown): Promise<TaskSnapshot> {
+    if (!isMap(payload)) throw new InvalidEnvelopeError('approve needs a map { agent, task, approval }')
+    const { agent, task } = parseTaskRef(payload, true)
+    const found = await this.load(agent, task)
+    if (found == null) throw new UnknownTaskError(`No task ${task} at ${agent}`)
+    if (!('record' in found)) return found.snapshot
+    const live = found
+    if (live.record.snapshot.state !== 'auth-required' || live.pending == null) return live.record.snapshot
+    await verifyApproval(payload.approval, {
+      root: live.record.root,
+      task: live.record.snapshot.id,
+      action: live.record.body,
+      clockSkew: this.clockSkew
+    })
+    if (live.record.snapshot.state !== 'auth-required' || live.pending == null) return live.record.snapshot
+    // time has passed since acceptance: the chain must still hold (expiry, revocation)
+    const pending = live.pending
+    try {
+      await verifyChain(pending.proofs[0], pending.proofs.slice(1), {
+        clockSkew: this.clockSkew,
+        ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
+        ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
+        ...(this.roots != null ? { roots: this.roots } : {})
+      })
+    } catch (err) {
+      this.finish(live, 'rejected', { error: errorOf(err) })
+      throw err
+    }
+    if (live.record.snapshot.state !== 'auth-required') return live.record.snapshot
+    clearTimeout(live.approvalTimer)
+    this.run(live)
+    return live.record.snapshot
+  }
+}

@@ -1,0 +1,246 @@
+/**
+ * The requester side of the task protocol: submits signed tasks to agents
+ * found through the interconnect (or served on this node), follows them under
+ * a lease (lease-watch.ts), and sends get, cancel and approve requests to the
+ * executor that holds a task (spec/collab-tasks.md).
+ */
+import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
+import { StreamClosedError } from '@ioa/transport'
+import { peerIdFromString } from '@libp2p/peer-id'
+import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope } from '../auth/envelope.js'
+import {
+  CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
+} from '../errors.js'
+import { taskKey } from './executor-state.js'
+import { LeaseLapsedError, watchLease } from './lease-watch.js'
+import { SharedStream } from './shared-stream.js'
+import { MAX_LEASE, TASK_PROTOCOL, TRANSIENT, isMap, parseBody, roundTrip } from './wire.js'
+import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
+import type { TaskExecutor } from './executor.js'
+import type { LeaseWatchHost } from './lease-watch.js'
+import type { Approval } from '../auth/policy.js'
+import type { TaskLimits, TaskSnapshot } from './model.js'
+import type { Did, Identity, Outcome } from '@ioa/interconnect'
+import type { Logger } from '@libp2p/interface'
+
+/** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
+const MAX_ROUTES = 4_096
+
+/** Turn a finished task that did not complete into its typed error */
+export function taskFailure (task: TaskSnapshot): CollabError {
+  const code = task.error?.code ?? (task.state === 'canceled' ? 'CANCELED' : 'STEP_FAILED')
+  const message = task.error?.message ?? `Task ${task.id} ended ${task.state}`
+  const mapped = fromRemote(Object.assign(new Error(message), { code, remote: true }))
+  const err = mapped instanceof CollabError ? mapped : new CollabError(code, message)
+  ;(err as CollabError & { task?: TaskSnapshot }).task = task
+  return err
+}
+export class TaskRequester implements LeaseWatchHost {
+  private readonly components: TaskServiceComponents
+  /** Runs the tasks of agents served on this node (called in-process) */
+  private readonly executor: TaskExecutor
+  readonly lease: number
+  readonly requestTimeout: number
+  private readonly limits: TaskLimits
+  private readonly maxRoutes: number
+  readonly log: Logger
+  private readonly routes = new Map<string, string>()
+  /** Submits in flight by (sender, agent, idempotency key) */
+  private readonly joins = new Map<string, SharedStream<TaskEvent>>()
+
+  constructor (components: TaskServiceComponents, executor: TaskExecutor, init: TaskServiceInit = {}) {
+    this.components = components
+    this.executor = executor
+    this.lease = executor.lease
+    this.requestTimeout = init.requestTimeout ?? 10_000
+    this.limits = executor.limits
+    this.log = components.logger.forComponent('ioa:collab:requester')
+    this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
+    if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
+  }
+
+
+  private identityOf (from: Did | Identity): Identity {
+    if (typeof from !== 'string') return from
+    const agent = this.components.interconnect.agents().find(a => a.did === from)
+    if (agent == null) throw new UnknownAgentError(`Sender ${from} is not hosted here`)
+    return agent.identity
+  }
+
+  private isLocal (to: Did): boolean {
+    return this.executor.serves(to) && this.components.interconnect.agents().some(a => a.did === to)
+  }
+
+  remember (to: Did, taskId: string, peer: string): void {
+    const key = taskKey(to, taskId)
+    this.routes.delete(key)
+    this.routes.set(key, peer)
+    while (this.routes.size > this.maxRoutes) this.routes.delete(this.routes.keys().next().value as string)
+  }
+
+  /** Peers to try for an agent: 'local' when it is served here */
+  async peersOf (to: Did, taskId: string | undefined, signal?: AbortSignal, fresh = false): Promise<string[]> {
+    if (this.isLocal(to)) return ['local']
+    const known = taskId != null && !fresh ? this.routes.get(taskKey(to, taskId)) : undefined
+    if (known != null) return [known]
+    const route = await this.components.interconnect.resolve(to, { signal, ...(fresh ? { cache: false } : {}) })
+    return route.peers
+  }
+
+  private selfPeer (): string {
+    return this.components.peerId.toString()
+  }
+
+  openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
+    if (peer === 'local') {
+      const source = method === 'submit'
+        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal)
+        : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal)
+      return (async function * () {
+        for await (const e of source) yield roundTrip(e)
+      })()
+    }
+    return this.components.messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+      signal,
+      // our own lease watchdog decides; this only bounds a silent stream
+      timeout: Math.max(30_000, 6 * MAX_LEASE)
+    })
+  }
+
+  private async request<T> (peer: string, method: 'get' | 'cancel' | 'approve', payload: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
+    if (peer === 'local') {
+      const local = roundTrip(payload)
+      const self = this.selfPeer()
+      const out = method === 'get' ? await this.executor.onGet(local, self) : method === 'cancel' ? await this.executor.onCancel(local, self) : await this.executor.onApprove(local)
+      return roundTrip(out) as T
+    }
+    return await this.components.messaging.request<T>(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+      signal, timeout: this.requestTimeout
+    })
+  }
+
+  /** A unary control request, trying the known/resolved peers in turn */
+  private async callTask<T> (to: Did, taskId: string, method: 'get' | 'cancel' | 'approve', extra: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
+    if (!isDid(to)) throw new UnknownAgentError(`Not an agent id: ${String(to).slice(0, 80)}`)
+    if (typeof taskId !== 'string' || !TASK_ID_PATTERN.test(taskId)) throw new InvalidEnvelopeError('Not a task id')
+    let last: unknown
+    for (const fresh of [false, true]) {
+      const peers = await this.peersOf(to, taskId, signal, fresh)
+      for (const peer of peers) {
+        try {
+          const out = await this.request<T>(peer, method, { agent: to, task: taskId, ...extra }, signal)
+          if (method !== 'approve' && !isMap(out)) throw new InvalidEnvelopeError('Malformed task answer')
+          this.remember(to, taskId, peer)
+          return out
+        } catch (err: any) {
+          last = fromRemote(err)
+          if (!TRANSIENT.has(err?.code)) throw last
+        }
+      }
+    }
+    throw last
+  }
+
+  async get (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): Promise<TaskSnapshot> {
+    return this.callTask<TaskSnapshot>(to, taskId, 'get', {}, options.signal)
+  }
+
+  async cancel (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): Promise<TaskSnapshot> {
+    return this.callTask<TaskSnapshot>(to, taskId, 'cancel', {}, options.signal)
+  }
+
+  async approve (to: Did, taskId: string, approval: Approval, options: { signal?: AbortSignal } = {}): Promise<TaskSnapshot> {
+    return this.callTask<TaskSnapshot>(to, taskId, 'approve', { approval: { payload: approval.payload, sig: approval.sig } }, options.signal)
+  }
+
+  async * submit (from: Did | Identity, to: Did, request: TaskRequest, options: SubmitOptions = {}): AsyncGenerator<TaskEvent, void, undefined> {
+    const identity = this.identityOf(from)
+    if (!isDid(to)) throw new UnknownAgentError(`Not an agent id: ${String(to).slice(0, 80)}`)
+    if (request == null || typeof request !== 'object') throw new InvalidEnvelopeError('request must be an object')
+    assertCapability(request.skill)
+    if (!Array.isArray(request.proofs)) throw new UnauthorizedError('request.proofs must list the delegation tokens')
+    const taskId = request.taskId ?? globalThis.crypto.randomUUID()
+    if (!TASK_ID_PATTERN.test(taskId)) throw new InvalidEnvelopeError('taskId must match [A-Za-z0-9._:-]{1,128}')
+    let deadline = request.deadline
+    let budget = request.budget
+    const parent = options.parent
+    if (parent?.deadline != null) {
+      if (deadline == null) deadline = parent.deadline
+      else if (deadline > parent.deadline) throw new DeadlineExceededError('A subtask deadline may not be later than its parent\'s')
+    }
+    if (parent?.budget != null) {
+      budget = budget ?? parent.budget
+      parent.spend(budget)
+    }
+    const body: Record<string, unknown> = { input: request.input ?? null }
+    if (request.contextId != null) body.contextId = request.contextId
+    if (deadline != null) body.deadline = deadline
+    if (budget != null) body.budget = budget
+    if (request.idempotencyKey != null) body.idempotencyKey = request.idempotencyKey
+    parseBody(body, this.limits.maxBodyBytes)
+    const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
+
+    const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
+      const iat = Date.now()
+      const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
+      const envelope = await createEnvelope(identity, {
+        to, skill: request.skill, task: taskId, body, proofs: request.proofs, issuedAt: iat, expiresAt: exp
+      })
+      return this.openStream(peer, 'submit', { envelope, body }, signal)
+    }
+    if (request.idempotencyKey == null) {
+      yield * this.watch(to, taskId, open, options.signal)
+      return
+    }
+    // concurrent submits with one key follow one stream (checked and set before any await)
+    const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
+    let shared = this.joins.get(key)
+    if (shared == null) {
+      const created = new SharedStream<TaskEvent>(
+        signal => this.watch(to, taskId, open, signal),
+        e => e.type === 'status' || e.type === 'artifact',
+        () => { if (this.joins.get(key) === created) this.joins.delete(key) }
+      )
+      this.joins.set(key, created)
+      shared = created
+    }
+    yield * shared.join(options.signal)
+  }
+
+  async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {
+    if (!isDid(to)) throw new UnknownAgentError(`Not an agent id: ${String(to).slice(0, 80)}`)
+    if (typeof taskId !== 'string' || !TASK_ID_PATTERN.test(taskId)) throw new InvalidEnvelopeError('Not a task id')
+    yield * this.watch(to, taskId, undefined, options.signal)
+  }
+
+
+  /**
+   * Follow a task's event stream with a lease watchdog: a stream that fails
+   * is resubscribed until 3 lease intervals pass without any event, then a
+   * `lapsed` event ends the iteration.
+   */
+  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<AsyncGenerator<unknown>>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
+    return watchLease(this, to, initialId, submit, outer)
+  }
+
+  /** Feed what a task showed of a remote agent to the interconnect's ranking (spec/interconnect.md 7.1) */
+  observe (to: Did, taskId: string, outcome: Outcome | undefined): void {
+    if (outcome == null) return
+    if (!outcome.ok) this.log('task %s of %s counts as a failure of the agent for ranking', taskId, to)
+    this.components.interconnect.observe(to, outcome)
+  }
+
+  async submitAndWait (from: Did | Identity, to: Did, request: TaskRequest, options: SubmitOptions & { onEvent?: (event: TaskEvent) => void } = {}): Promise<TaskSnapshot> {
+    let last: TaskSnapshot | undefined
+    for await (const event of this.submit(from, to, request, options)) {
+      options.onEvent?.(event)
+      if (event.type === 'lapsed') {
+        throw new LeaseLapsedError(event.error.message, { taskId: event.taskId })
+      }
+      if (event.type === 'status' || event.type === 'artifact') last = event.task
+    }
+    if (last == null) throw new StreamClosedError('No task status received')
+    if (last.state === 'completed') return last
+    throw taskFailure(last)
+  }
+}

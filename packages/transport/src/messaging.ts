@@ -17,12 +17,14 @@ import {
 import { InboundSession } from './messaging/inbound-session.js'
 import { MESSAGING_DEFAULTS, MESSAGING_LOG_PREFIX, MAX_TIMEOUT, MAX_WINDOW } from './messaging/api.js'
 import { targetPeer, validateName } from './messaging/names.js'
+import { callGuard } from './messaging/call-guard.js'
 import { OutboundChannel } from './messaging/outbound-channel.js'
 import { PeerBudgets } from './peer-budgets.js'
 import type {
   Handler, Messaging, MessagingComponents, MessagingDefaults, MessagingInit, MessagingStats, MessageTarget, RequestOptions,
   StreamingHandler, UnaryHandler
 } from './messaging/api.js'
+import type { CallGuard } from './messaging/call-guard.js'
 import type { ChannelOwner } from './messaging/outbound-channel.js'
 import type { SessionOwner } from './messaging/inbound-session.js'
 import type { BufferStats } from './buffer-budget.js'
@@ -208,7 +210,12 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     this.sessions.delete(session)
   }
 
-  private async channel (target: MessageTarget, protocol: string, signal: AbortSignal): Promise<OutboundChannel> {
+  /**
+   * The open channel to `target` for `protocol`, dialling and opening a
+   * stream when there is none; concurrent callers share one attempt
+   */
+  private async channel (target: MessageTarget, protocol: string, guard: CallGuard): Promise<OutboundChannel> {
+    const signal = guard.signal
     const peer = targetPeer(target)
     const known = peer == null ? undefined : `${peer}|${protocol}`
 
@@ -228,7 +235,7 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
       try {
         connection = await this.components.connectionManager.openConnection(target, { signal })
       } catch (err: any) {
-        if (signal.aborted) throw signal.reason
+        if (signal.aborted) throw guard.error()
         throw new DialFailedError(`Could not dial ${String(target)}: ${err?.message ?? err}`, { cause: err })
       }
       const key = `${connection.remotePeer.toString()}|${protocol}`
@@ -240,7 +247,7 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
       try {
         stream = await connection.newStream(protocol, { signal })
       } catch (err: any) {
-        if (signal.aborted) throw signal.reason
+        if (signal.aborted) throw guard.error()
         if (err?.name === 'UnsupportedProtocolError') {
           throw new ProtocolNotSupportedError(`${connection.remotePeer.toString()} does not support ${protocol}`, { cause: err })
         }
@@ -257,38 +264,18 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
 
     if (known != null) {
       this.opening.set(known, open)
-      open.catch(() => {}).finally(() => { this.opening.delete(known) })
+      // every caller awaits `open` (or races it) and gets its error; this
+      // only forgets the attempt once it settled either way
+      const forget = (): void => { this.opening.delete(known) }
+      open.then(forget, forget)
     }
 
     return open
   }
 
-  /**
-   * Combine the caller's signal with the call's timeout
-   */
-  private guard (options: RequestOptions, what: string): { signal: AbortSignal, timeout: number, done(): void } {
-    const timeout = this.timeoutOf(options)
-    const controller = new AbortController()
-    const timer = setTimeout(() => {
-      controller.abort(new TimeoutError(`${what} timed out after ${timeout} ms`))
-    }, timeout)
-    const outer = options.signal
-    const onAbort = (): void => {
-      controller.abort(new CanceledError(`${what} canceled`, { cause: outer?.reason }))
-    }
-    if (outer?.aborted === true) {
-      onAbort()
-    } else {
-      outer?.addEventListener('abort', onAbort, { once: true })
-    }
-    return {
-      signal: controller.signal,
-      timeout,
-      done: () => {
-        clearTimeout(timer)
-        outer?.removeEventListener('abort', onAbort)
-      }
-    }
+  /** Guard a call with the caller's signal and its timeout (`options.timeout` or `requestTimeout`) */
+  private guard (options: RequestOptions, what: string): CallGuard {
+    return callGuard(what, this.timeoutOf(options), options.signal)
   }
 
   /** A call's timeout in whole ms, within what setTimeout can wait */
@@ -318,11 +305,11 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     if (channel?.isOpen !== true || !channel.tryAcquire()) {
       const guard = this.guard({ timeout, signal: options.signal }, what)
       try {
-        channel = await this.channel(target, protocol, guard.signal)
+        channel = await this.channel(target, protocol, guard)
         await channel.acquire(guard.signal)
       } catch (err: any) {
         if (guard.signal.aborted) {
-          throw guard.signal.reason
+          throw guard.error()
         }
         throw err
       } finally {
@@ -352,6 +339,8 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
       throw err
     }
 
+    // the hot path: one timer and one listener on the caller's signal, settled
+    // once; cheaper than a combined signal (any-signal) per call
     return new Promise<T>((resolve, reject) => {
       let settled = false
       const settle = (err: Error | undefined, value?: unknown): void => {
@@ -412,7 +401,7 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     let wake: (() => void) | undefined
 
     try {
-      channel = await raceSignal(this.channel(target, protocol, guard.signal), guard.signal)
+      channel = await raceSignal(this.channel(target, protocol, guard), guard.signal)
       await channel.acquire(guard.signal)
       acquired = true
       id = channel.newId()
@@ -468,7 +457,7 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
       }
     } catch (err: any) {
       if (guard.signal.aborted) {
-        throw guard.signal.reason
+        throw guard.error()
       }
       throw err
     } finally {

@@ -6,6 +6,11 @@
  * A bucket that has filled up again is the same as no bucket, so full
  * buckets are dropped from time to time: the table only holds keys that
  * were active within about `per` ms.
+ *
+ * Hand-written on purpose: rate limiters on npm (e.g. `rate-limiter-flexible`)
+ * keep a timer or a record per key and are built for a shared store; this
+ * one is a plain Map of two numbers per key, refilled lazily on `take`, with
+ * a bounded key count and no timers, which is what 10k remote peers need.
  */
 export class TokenBuckets {
   private readonly buckets = new Map<string, { tokens: number, at: number }>()

@@ -273,7 +273,9 @@ export class InboundSession {
         this.sendError(frame.id, err instanceof PayloadTooLargeError ? err : errorToWire(err, MAX_ERROR_MESSAGE))
       }
       // let the handler's generator run its finally blocks
-      Promise.resolve(iterator?.return?.()).catch(() => {})
+      Promise.resolve(iterator?.return?.()).catch((returnErr: unknown) => {
+        this.owner.inboundLog.error('streaming handler for %s %s failed while finishing - %e', this.protocol, frame.method, returnErr)
+      })
     } finally {
       clearTimeout(timer)
     }

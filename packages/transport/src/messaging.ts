@@ -236,6 +236,7 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
         connection = await this.components.connectionManager.openConnection(target, { signal })
       } catch (err: any) {
         if (signal.aborted) throw guard.error()
+        this.outboundLog('could not dial %s - %s', String(target), err?.message ?? err)
         throw new DialFailedError(`Could not dial ${String(target)}: ${err?.message ?? err}`, { cause: err })
       }
       const key = `${connection.remotePeer.toString()}|${protocol}`
@@ -324,6 +325,12 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
    * released exactly once, when the call settles
    */
   private async call<T> (channel: OutboundChannel, method: string, payload: unknown, deadline: number, timeout: number, signal: AbortSignal | undefined, what: string): Promise<T> {
+    // the caller may have aborted while the dial or stream that ignored its
+    // signal was finishing: an abort listener added now would never fire
+    if (signal?.aborted === true) {
+      channel.release()
+      throw new CanceledError(`${what} canceled`, { cause: signal.reason })
+    }
     const remaining = deadline - Date.now()
     if (remaining <= 0) {
       channel.release()

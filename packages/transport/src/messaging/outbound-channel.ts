@@ -52,6 +52,7 @@ export class OutboundChannel {
       onBadFrame: (err, id) => {
         const call = this.calls.get(id)
         if (call != null) {
+          owner.outboundLog('bad answer to call %d on %s - %s', id, key, err.message)
           this.cancel(id)
           call.fail(err)
         }
@@ -59,6 +60,7 @@ export class OutboundChannel {
       onClose: (err) => { this.onClose(err) }
     })
     this.idle = new IdleWatch(owner.opts.outboundIdleTimeout, () => this.inFlight === 0 && this.calls.size === 0, () => {
+      owner.outboundLog('closing idle outbound stream %s', key)
       this.framed.close()
     })
   }
@@ -154,6 +156,7 @@ export class OutboundChannel {
       case FrameType.REQUEST:
       case FrameType.STREAM_REQUEST:
         // the answering side never sends requests on this stream
+        this.owner.outboundLog('refusing request %d sent on outbound stream %s', frame.id, this.key)
         this.framed.sendFrameNow({
           type: FrameType.ERROR,
           id: frame.id,
@@ -172,6 +175,9 @@ export class OutboundChannel {
     const reason = err instanceof Error && (err as MessagingError).code != null
       ? err
       : new StreamClosedError(err != null ? `Stream closed: ${err.message}` : 'Stream closed', { cause: err })
+    if (this.calls.size > 0) {
+      this.owner.outboundLog('stream %s closed with %d call(s) pending - %s', this.key, this.calls.size, reason.message)
+    }
     for (const [id, call] of this.calls) {
       this.calls.delete(id)
       call.fail(reason)

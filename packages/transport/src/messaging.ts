@@ -4,9 +4,10 @@
  * (peer, protocol). Wire format: `spec/transport.md`.
  *
  * The pieces live in `./messaging/`: the public types and defaults (`api`),
- * name checks (`names`), the requester side (`outbound-channel`), the
- * responder side (`inbound-session`, `active-request`) and the idle timer
- * both sides share (`idle-watch`).
+ * name checks (`names`), the requester side (`outbound-channel`, and
+ * `call-guard` for a call's signal and timeout), the responder side
+ * (`inbound-session`, `active-request`) and the idle timer both sides share
+ * (`idle-watch`).
  */
 import { raceSignal } from 'race-signal'
 import { FrameType } from './codec.js'

@@ -1,35 +1,30 @@
 /**
  * A FIFO with one reader: producers `push`, the reader iterates until the
- * queue is closed and drained. Used wherever results arrive from concurrent
- * work (lookups, orchestration events) and stream out as they come.
+ * queue is closed and drained. Kept (deprecated) as a thin wrapper over
+ * `it-pushable` for the upper layers, which switch to `pushable({ objectMode: true })`
+ * in their own step.
+ */
+import { pushable } from 'it-pushable'
+import type { Pushable } from 'it-pushable'
+
+/**
+ * @deprecated use `pushable<T>({ objectMode: true })` from `it-pushable`:
+ * `push` is the same, `close()` is `end()`
  */
 export class AsyncQueue<T> implements AsyncIterable<T> {
-  private readonly items: T[] = []
-  private wake?: () => void
-  private closed = false
+  private readonly source: Pushable<T> = pushable<T>({ objectMode: true })
 
   /** Add an item (ignored once the queue is closed) */
   push (item: T): void {
-    if (this.closed) return
-    this.items.push(item)
-    this.wake?.()
+    this.source.push(item)
   }
 
   /** No more items will come; the reader ends after draining */
   close (): void {
-    this.closed = true
-    this.wake?.()
+    this.source.end()
   }
 
-  async * [Symbol.asyncIterator] (): AsyncGenerator<T> {
-    while (true) {
-      if (this.items.length > 0) {
-        yield this.items.shift() as T
-        continue
-      }
-      if (this.closed) return
-      await new Promise<void>(resolve => { this.wake = resolve })
-      this.wake = undefined
-    }
+  [Symbol.asyncIterator] (): AsyncGenerator<T> {
+    return this.source
   }
 }

@@ -37,6 +37,7 @@ export { openDatastore } from './node.js'
 export { AsyncQueue } from './async-queue.js'
 export { TokenBuckets } from './rate-limit.js'
 export { membersOnlyGater } from './gater.js'
+export type { MembersOnlyGaterOptions } from './gater.js'
 export {
   InvalidDomainKeyError, parseDomainKey, readDomainKeyFile, loadDomainKey, generateDomainKey, privateDhtProtocol,
   DOMAIN_KEY_HEADER, PRIVATE_DHT_PREFIX

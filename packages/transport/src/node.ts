@@ -8,6 +8,7 @@ import { bootstrap } from '@libp2p/bootstrap'
 import { loadOrCreateSelfKey } from '@libp2p/config'
 import { identify } from '@libp2p/identify'
 import { kadDHT, passthroughMapper, removePrivateAddressesMapper } from '@libp2p/kad-dht'
+import { logger } from '@libp2p/logger'
 import { mdns } from '@libp2p/mdns'
 import { memory } from '@libp2p/memory'
 import { ping } from '@libp2p/ping'
@@ -26,6 +27,9 @@ import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
+
+/** Logs what happens before a node (and its own logger) exists */
+const log = logger('ioa:transport:node')
 
 /** The DHT protocol of the agent network (kept apart from the IPFS DHT) */
 export const IOA_DHT_PROTOCOL = '/ioa/kad/1.0.0'
@@ -307,7 +311,11 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     return node
   } catch (err) {
     if (owned) {
-      await (datastore as LevelDatastore).close().catch(() => {})
+      // the caller needs the error that stopped the node; a store that also
+      // fails to close is only logged
+      await (datastore as LevelDatastore).close().catch((closeErr: unknown) => {
+        log.error('could not close the datastore after a failed start - %e', closeErr)
+      })
     }
     throw err
   }

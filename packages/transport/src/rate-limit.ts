@@ -6,6 +6,12 @@
  * A bucket that has filled up again is the same as no bucket, so full
  * buckets are dropped from time to time: the table only holds keys that
  * were active within about `per` ms.
+ *
+ * Hand-written on purpose: the `RateLimiter` of `@libp2p/utils` (a port of
+ * `rate-limiter-flexible`) counts fixed windows and keeps a timer per key to
+ * expire it, with no bound on the number of keys; this one is a plain Map of
+ * two numbers per key, refilled lazily on `take`, with a bounded key count
+ * and no timers, which is what 10k remote peers need.
  */
 export class TokenBuckets {
   private readonly buckets = new Map<string, { tokens: number, at: number }>()

@@ -15,40 +15,11 @@ import {
 // errorToWire is internal to the package (not re-exported by index.ts)
 import { errorToWire } from '../src/errors.js'
 import { errorOf, fromHex, prng, readSpec, readSpecBlock, toHex } from '../../../test/util.js'
+import { revive, toJson } from './dag-json.js'
 import type { Frame } from '../src/index.js'
 
 interface ValidVector { name: string, frame: Record<string, unknown>, hex: string }
 interface InvalidVector { name: string, error: string, frameId: number | null, hex: string }
-
-/** DAG-JSON forms in the vectors -> in-memory values */
-function revive (v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(revive)
-  if (v != null && typeof v === 'object') {
-    const o = v as Record<string, unknown>
-    const keys = Object.keys(o)
-    if (keys.length === 1 && keys[0] === '/') {
-      const inner = o['/']
-      if (typeof inner === 'string') return CID.parse(inner)
-      if (inner != null && typeof inner === 'object' && typeof (inner as { bytes?: unknown }).bytes === 'string') {
-        return new Uint8Array(Buffer.from((inner as { bytes: string }).bytes, 'base64'))
-      }
-    }
-    return Object.fromEntries(keys.map(k => [k, revive(o[k])]))
-  }
-  return v
-}
-
-/** In-memory values -> DAG-JSON forms, for comparing decoded frames with the vectors */
-function toJson (v: unknown): unknown {
-  if (v instanceof Uint8Array) return { '/': { bytes: Buffer.from(v).toString('base64').replace(/=+$/, '') } }
-  const cid = CID.asCID(v)
-  if (cid != null) return { '/': cid.toString() }
-  if (Array.isArray(v)) return v.map(toJson)
-  if (v != null && typeof v === 'object') {
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toJson(x)]))
-  }
-  return v
-}
 
 /** The full wire form of a frame: varint length prefix, then the body */
 function wire (frame: Frame): Uint8Array {

@@ -44,7 +44,7 @@ export type { Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, VerifyEn
 export type { ReplayCacheStats, ReplayOutcome } from './auth/envelope.js'
 export { RevocationQuotaError } from './errors.js'
 export type { CreateRevocationOptions } from './auth/revocation.js'
-export type { RevocationLimitsInit } from './auth/revocation-limits.js'
+export type { RevocationLimits, RevocationLimitsInit } from './auth/revocation-limits.js'
 export {
   allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, evaluatePolicy,
   createApproval, verifyApproval, parseApproval, approvalSigningBytes, APPROVAL_PREFIX, DEFAULT_APPROVAL_TTL

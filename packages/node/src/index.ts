@@ -15,6 +15,7 @@ export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } 
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
 export { startFromConfig } from './start.js'
 export { DOMAIN_PSK_ENV, DOMAIN_PSK_FILE_ENV } from './domain-key.js'
+export type { DomainKeyOptions } from './domain-key.js'
 export { openKeyStore, listKeys, changePassphrase, EncryptedKeyStore, KeyStoreError, KEYSTORE_DEFAULTS } from './keystore.js'
 export type { KeyStoreInit, KeyStoreStatus, OpenKeyStoreOptions, ChangePassphraseOptions, KeyStoreListing } from './keystore.js'
 export { keyStoreFromConfig, passphraseFromEnv, readPassphraseFile, PASSPHRASE_ENV, PASSPHRASE_FILE_ENV } from './passphrase.js'

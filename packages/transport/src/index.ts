@@ -21,11 +21,12 @@ export type {
   Messaging, MessagingInit, MessagingComponents, MessagingStats, MessageTarget,
   RequestContext, RequestOptions, UnaryHandler, StreamingHandler
 } from './messaging.js'
+export type { MessagingDefaults } from './messaging/api.js'
 export { encodeFrame, encodeFramePrefixed, decodeFrame, FrameType, METHOD_PATTERN } from './codec.js'
 export type { CodedErrorClass } from './errors.js'
 export type { BufferStats } from './buffer-budget.js'
 export type { PeerBudgetInit } from './peer-budgets.js'
-export type { Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
+export type { DecodeFrameOptions, Frame, FrameTypeValue, RequestFrame, PayloadFrame, ControlFrame, CreditFrame, ErrorFrame } from './codec.js'
 export {
   MessagingError, UnknownMethodError, PayloadTooLargeError, TimeoutError, HandlerError,
   TooManyRequestsError, MalformedFrameError, MalformedLengthError, ResourceExhaustedError, CanceledError, StreamClosedError, NotStartedError,

@@ -322,9 +322,13 @@ describe('replay cache under a flood of envelopes from fresh keys', () => {
     expect(codes.filter(c => c === 'TOO_MANY_REQUESTS')).toHaveLength(10)
     expect(replayCache.stats.entries).toBe(20)
     const visited = replayCache.stats.visited
+    const started = Date.now()
     for (let i = 0; i < 20; i++) await verifyEnvelope(await envelope(), body, { self: pay.did, replayCache, peer: 'alice' })
+    const seconds = Math.ceil((Date.now() - started) / 1000)
     expect(replayCache.stats.entries).toBe(40)
     expect(replayCache.floorOf(car.did)).toBe(-Infinity)
-    expect(replayCache.stats.visited - visited).toBe(0)
+    // no entry was evicted or scanned for them: the only work is the sweep's
+    // one step per elapsed one-second bucket (none when no second boundary passed)
+    expect(replayCache.stats.visited - visited).toBeLessThanOrEqual(seconds + 1)
   })
 })

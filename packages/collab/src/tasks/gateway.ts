@@ -22,7 +22,7 @@
  * would take the protocol over.
  */
 import { UnknownAgentError } from '@ioa/interconnect'
-import { CanceledError } from '@ioa/transport'
+import { CanceledError, mayTryAnotherPeer } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
 import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
@@ -136,9 +136,6 @@ interface Owner {
   skill: string
   domain?: string
 }
-
-/** Codes after which a call certainly did not reach the executor: the next peer may be tried */
-const NOT_REACHED = new Set(['DIAL_FAILED', 'PROTOCOL_NOT_SUPPORTED'])
 
 /** Callers whose domain is remembered */
 const MAX_CALLERS = 4_096
@@ -327,7 +324,7 @@ class DefaultTaskGateway implements TaskGateway {
           return await fn(peer)
         } catch (err: any) {
           last = err
-          if (signal.aborted || !NOT_REACHED.has(err?.code)) throw err
+          if (signal.aborted || !mayTryAnotherPeer(err, { once: true })) throw err
         }
       }
     }

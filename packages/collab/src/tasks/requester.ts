@@ -5,7 +5,7 @@
  * executor that holds a task (spec/collab-tasks.md).
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
-import { StreamClosedError } from '@ioa/transport'
+import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope } from '../auth/envelope.js'
 import {
@@ -14,7 +14,7 @@ import {
 import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
-import { MAX_LEASE, TASK_PROTOCOL, TRANSIENT, isMap, parseBody, roundTrip } from './wire.js'
+import { MAX_LEASE, TASK_PROTOCOL, isMap, parseBody, roundTrip } from './wire.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
@@ -134,7 +134,7 @@ export class TaskRequester implements LeaseWatchHost {
           return out
         } catch (err: any) {
           last = fromRemote(err)
-          if (!TRANSIENT.has(err?.code)) throw last
+          if (!isRepeatable(err)) throw last
         }
       }
     }

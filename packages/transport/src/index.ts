@@ -39,8 +39,6 @@ export {
   RETRY_TABLE, ANSWER, retryFacts, isRepeatable, isUnreached, mayTryAnotherPeer, countsAgainstAgent
 } from './retry.js'
 export type { RetryFacts, Reached, ErrorLayer, RetryReadOptions, AnotherPeerOptions, BlameOptions } from './retry.js'
-export { AsyncQueue } from './async-queue.js'
-export { TokenBuckets } from './rate-limit.js'
 export { membersOnlyGater } from './gater.js'
 export type { MembersOnlyGaterOptions } from './gater.js'
 export {

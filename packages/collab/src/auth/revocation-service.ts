@@ -4,7 +4,8 @@
  * verified, stored and passed on (spec/collab-delegation.md 8)
  */
 import { RateLimitedError } from '@ioa/interconnect'
-import { ProtocolNotSupportedError, TokenBuckets } from '@ioa/transport'
+import { ProtocolNotSupportedError } from '@ioa/transport'
+import { TokenBuckets } from '@ioa/transport/internal'
 import { CollabError } from '../errors.js'
 import {
   ANNOUNCE_METHOD, REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOLS, decodeRevocation, encodeRevocation, parseRevocation

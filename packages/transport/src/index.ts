@@ -32,7 +32,7 @@ export {
   TooManyRequestsError, MalformedFrameError, MalformedLengthError, ResourceExhaustedError, CanceledError, StreamClosedError, NotStartedError,
   InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
   ErrorFamily,
-  CodedError
+  CodedError, withCode
 } from './errors.js'
 export { openDatastore } from './node.js'
 export {

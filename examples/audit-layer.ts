@@ -13,7 +13,7 @@
  */
 import { TASK_ID_PATTERN } from '@ioa/collab'
 import { isDid } from '@ioa/interconnect'
-import { CodedError, ErrorFamily, ERROR_CODE_PATTERN, InvalidArgumentError } from '@ioa/transport'
+import { CodedError, ErrorFamily, ERROR_CODE_PATTERN, InvalidArgumentError, withCode } from '@ioa/transport'
 import * as dagCbor from '@ipld/dag-cbor'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -46,14 +46,23 @@ export class AuditError extends CodedError {
   static override name = 'AuditError'
 }
 
-const family = new ErrorFamily<AuditError>(AuditError)
-
 /** The requesting peer is not one of the node's `readers` (sent on the wire) */
-export const AuditForbiddenError = family.define('AuditForbiddenError', 'FORBIDDEN', 'Not allowed to read the audit log')
+export class AuditForbiddenError extends withCode(AuditError, 'FORBIDDEN', 'Not allowed to read the audit log') {
+  static override name = 'AuditForbiddenError'
+}
+
 /** The received entries do not form a valid hash chain (raised by the reader) */
-export const AuditChainError = family.define('AuditChainError', 'AUDIT_CHAIN_BROKEN', 'The audit hash chain is broken')
+export class AuditChainError extends withCode(AuditError, 'AUDIT_CHAIN_BROKEN', 'The audit hash chain is broken') {
+  static override name = 'AuditChainError'
+}
+
 /** The response is not a `tail` answer within the limits (raised by the reader) */
-export const InvalidAuditResponseError = family.define('InvalidAuditResponseError', 'INVALID_AUDIT_RESPONSE', 'Invalid audit response')
+export class InvalidAuditResponseError extends withCode(AuditError, 'INVALID_AUDIT_RESPONSE', 'Invalid audit response') {
+  static override name = 'InvalidAuditResponseError'
+}
+
+/** The audit errors by code: a remote one comes back as its class */
+const family = new ErrorFamily<AuditError>(AuditError).register(AuditForbiddenError, AuditChainError, InvalidAuditResponseError)
 
 // ---------------------------------------------------------------------------
 // entries

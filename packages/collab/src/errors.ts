@@ -4,7 +4,7 @@
  * classes (`static name`, `static code`), as the transport's errors are.
  */
 import { fromRemote as interconnectFromRemote } from '@ioa/interconnect'
-import { CodedError } from '@ioa/transport'
+import { CodedError, ErrorFamily, withCode } from '@ioa/transport'
 import type { CodedErrorClass } from '@ioa/transport'
 
 export class CollabError extends CodedError {
@@ -13,244 +13,108 @@ export class CollabError extends CodedError {
 
 export type CollabErrorClass = CodedErrorClass<CollabError>
 
-export class InvalidTokenError extends CollabError {
+export class InvalidTokenError extends withCode(CollabError, 'INVALID_TOKEN', 'Invalid delegation token') {
   static override name = 'InvalidTokenError'
-  static code = 'INVALID_TOKEN'
-  constructor (message = 'Invalid delegation token', options?: ErrorOptions) {
-    super(InvalidTokenError.code, message, options)
-    this.name = InvalidTokenError.name
-  }
 }
 
-export class TokenExpiredError extends CollabError {
+export class TokenExpiredError extends withCode(CollabError, 'TOKEN_EXPIRED', 'Delegation token expired') {
   static override name = 'TokenExpiredError'
-  static code = 'TOKEN_EXPIRED'
-  constructor (message = 'Delegation token expired', options?: ErrorOptions) {
-    super(TokenExpiredError.code, message, options)
-    this.name = TokenExpiredError.name
-  }
 }
 
-export class TokenNotYetValidError extends CollabError {
+export class TokenNotYetValidError extends withCode(CollabError, 'TOKEN_NOT_YET_VALID', 'Delegation token not yet valid') {
   static override name = 'TokenNotYetValidError'
-  static code = 'TOKEN_NOT_YET_VALID'
-  constructor (message = 'Delegation token not yet valid', options?: ErrorOptions) {
-    super(TokenNotYetValidError.code, message, options)
-    this.name = TokenNotYetValidError.name
-  }
 }
 
-export class EscalationError extends CollabError {
+export class EscalationError extends withCode(CollabError, 'ESCALATION', 'Delegation grants more than its proof') {
   static override name = 'EscalationError'
-  static code = 'ESCALATION'
-  constructor (message = 'Delegation grants more than its proof', options?: ErrorOptions) {
-    super(EscalationError.code, message, options)
-    this.name = EscalationError.name
-  }
 }
 
-export class PrincipalMismatchError extends CollabError {
+export class PrincipalMismatchError extends withCode(CollabError, 'PRINCIPAL_MISMATCH', 'Proof audience is not the issuer') {
   static override name = 'PrincipalMismatchError'
-  static code = 'PRINCIPAL_MISMATCH'
-  constructor (message = 'Proof audience is not the issuer', options?: ErrorOptions) {
-    super(PrincipalMismatchError.code, message, options)
-    this.name = PrincipalMismatchError.name
-  }
 }
 
-export class ChainTooDeepError extends CollabError {
+export class ChainTooDeepError extends withCode(CollabError, 'CHAIN_TOO_DEEP', 'Delegation chain too deep') {
   static override name = 'ChainTooDeepError'
-  static code = 'CHAIN_TOO_DEEP'
-  constructor (message = 'Delegation chain too deep', options?: ErrorOptions) {
-    super(ChainTooDeepError.code, message, options)
-    this.name = ChainTooDeepError.name
-  }
 }
 
-export class RevokedError extends CollabError {
+export class RevokedError extends withCode(CollabError, 'REVOKED', 'Delegation revoked') {
   static override name = 'RevokedError'
-  static code = 'REVOKED'
-  constructor (message = 'Delegation revoked', options?: ErrorOptions) {
-    super(RevokedError.code, message, options)
-    this.name = RevokedError.name
-  }
 }
 
-export class InvalidSignatureError extends CollabError {
+export class InvalidSignatureError extends withCode(CollabError, 'INVALID_SIGNATURE', 'Invalid signature') {
   static override name = 'InvalidSignatureError'
-  static code = 'INVALID_SIGNATURE'
-  constructor (message = 'Invalid signature', options?: ErrorOptions) {
-    super(InvalidSignatureError.code, message, options)
-    this.name = InvalidSignatureError.name
-  }
 }
 
-export class InvalidEnvelopeError extends CollabError {
+export class InvalidEnvelopeError extends withCode(CollabError, 'INVALID_ENVELOPE', 'Invalid request envelope') {
   static override name = 'InvalidEnvelopeError'
-  static code = 'INVALID_ENVELOPE'
-  constructor (message = 'Invalid request envelope', options?: ErrorOptions) {
-    super(InvalidEnvelopeError.code, message, options)
-    this.name = InvalidEnvelopeError.name
-  }
 }
 
-export class ReplayError extends CollabError {
+export class ReplayError extends withCode(CollabError, 'REPLAY', 'Replayed request') {
   static override name = 'ReplayError'
-  static code = 'REPLAY'
-  constructor (message = 'Replayed request', options?: ErrorOptions) {
-    super(ReplayError.code, message, options)
-    this.name = ReplayError.name
-  }
 }
 
-export class EnvelopeExpiredError extends CollabError {
+export class EnvelopeExpiredError extends withCode(CollabError, 'ENVELOPE_EXPIRED', 'Request envelope expired') {
   static override name = 'EnvelopeExpiredError'
-  static code = 'ENVELOPE_EXPIRED'
-  constructor (message = 'Request envelope expired', options?: ErrorOptions) {
-    super(EnvelopeExpiredError.code, message, options)
-    this.name = EnvelopeExpiredError.name
-  }
 }
 
-export class UnauthorizedError extends CollabError {
+export class UnauthorizedError extends withCode(CollabError, 'UNAUTHORIZED', 'No delegated capability for this skill') {
   static override name = 'UnauthorizedError'
-  static code = 'UNAUTHORIZED'
-  constructor (message = 'No delegated capability for this skill', options?: ErrorOptions) {
-    super(UnauthorizedError.code, message, options)
-    this.name = UnauthorizedError.name
-  }
 }
 
-export class PolicyDeniedError extends CollabError {
+export class PolicyDeniedError extends withCode(CollabError, 'POLICY_DENIED', 'Denied by policy') {
   static override name = 'PolicyDeniedError'
-  static code = 'POLICY_DENIED'
-  constructor (message = 'Denied by policy', options?: ErrorOptions) {
-    super(PolicyDeniedError.code, message, options)
-    this.name = PolicyDeniedError.name
-  }
 }
 
-export class ApprovalRequiredError extends CollabError {
+export class ApprovalRequiredError extends withCode(CollabError, 'APPROVAL_REQUIRED', 'Approval required') {
   static override name = 'ApprovalRequiredError'
-  static code = 'APPROVAL_REQUIRED'
-  constructor (message = 'Approval required', options?: ErrorOptions) {
-    super(ApprovalRequiredError.code, message, options)
-    this.name = ApprovalRequiredError.name
-  }
 }
 
-export class DeadlineExceededError extends CollabError {
+export class DeadlineExceededError extends withCode(CollabError, 'DEADLINE_EXCEEDED', 'Deadline exceeded') {
   static override name = 'DeadlineExceededError'
-  static code = 'DEADLINE_EXCEEDED'
-  constructor (message = 'Deadline exceeded', options?: ErrorOptions) {
-    super(DeadlineExceededError.code, message, options)
-    this.name = DeadlineExceededError.name
-  }
 }
 
-export class BudgetExceededError extends CollabError {
+export class BudgetExceededError extends withCode(CollabError, 'BUDGET_EXCEEDED', 'Budget exceeded') {
   static override name = 'BudgetExceededError'
-  static code = 'BUDGET_EXCEEDED'
-  constructor (message = 'Budget exceeded', options?: ErrorOptions) {
-    super(BudgetExceededError.code, message, options)
-    this.name = BudgetExceededError.name
-  }
 }
 
-export class UnknownTaskError extends CollabError {
+export class UnknownTaskError extends withCode(CollabError, 'UNKNOWN_TASK', 'Unknown task') {
   static override name = 'UnknownTaskError'
-  static code = 'UNKNOWN_TASK'
-  constructor (message = 'Unknown task', options?: ErrorOptions) {
-    super(UnknownTaskError.code, message, options)
-    this.name = UnknownTaskError.name
-  }
 }
 
-export class InvalidPlanError extends CollabError {
+export class InvalidPlanError extends withCode(CollabError, 'INVALID_PLAN', 'Invalid plan') {
   static override name = 'InvalidPlanError'
-  static code = 'INVALID_PLAN'
-  constructor (message = 'Invalid plan', options?: ErrorOptions) {
-    super(InvalidPlanError.code, message, options)
-    this.name = InvalidPlanError.name
-  }
 }
 
-export class PlannerFailedError extends CollabError {
+export class PlannerFailedError extends withCode(CollabError, 'PLANNER_FAILED', 'Planner failed') {
   static override name = 'PlannerFailedError'
-  static code = 'PLANNER_FAILED'
-  constructor (message = 'Planner failed', options?: ErrorOptions) {
-    super(PlannerFailedError.code, message, options)
-    this.name = PlannerFailedError.name
-  }
 }
 
-export class NoProviderError extends CollabError {
+export class NoProviderError extends withCode(CollabError, 'NO_PROVIDER', 'No provider for a capability') {
   static override name = 'NoProviderError'
-  static code = 'NO_PROVIDER'
-  constructor (message = 'No provider for a capability', options?: ErrorOptions) {
-    super(NoProviderError.code, message, options)
-    this.name = NoProviderError.name
-  }
 }
 
-export class StepFailedError extends CollabError {
+export class StepFailedError extends withCode(CollabError, 'STEP_FAILED', 'Plan step failed') {
   static override name = 'StepFailedError'
-  static code = 'STEP_FAILED'
-  constructor (message = 'Plan step failed', options?: ErrorOptions) {
-    super(StepFailedError.code, message, options)
-    this.name = StepFailedError.name
-  }
 }
 
-export class RevocationQuotaError extends CollabError {
+export class RevocationQuotaError extends withCode(CollabError, 'REVOCATION_QUOTA', 'Revocation store quota exceeded') {
   static override name = 'RevocationQuotaError'
-  static code = 'REVOCATION_QUOTA'
-  constructor (message = 'Revocation store quota exceeded', options?: ErrorOptions) {
-    super(RevocationQuotaError.code, message, options)
-    this.name = RevocationQuotaError.name
-  }
 }
 
 /** The classes whose codes `fromRemote` turns back into them */
-const BY_CODE = new Map<string, CollabErrorClass>([
-  [InvalidTokenError.code, InvalidTokenError],
-  [TokenExpiredError.code, TokenExpiredError],
-  [TokenNotYetValidError.code, TokenNotYetValidError],
-  [EscalationError.code, EscalationError],
-  [PrincipalMismatchError.code, PrincipalMismatchError],
-  [ChainTooDeepError.code, ChainTooDeepError],
-  [RevokedError.code, RevokedError],
-  [InvalidSignatureError.code, InvalidSignatureError],
-  [InvalidEnvelopeError.code, InvalidEnvelopeError],
-  [ReplayError.code, ReplayError],
-  [EnvelopeExpiredError.code, EnvelopeExpiredError],
-  [UnauthorizedError.code, UnauthorizedError],
-  [PolicyDeniedError.code, PolicyDeniedError],
-  [ApprovalRequiredError.code, ApprovalRequiredError],
-  [DeadlineExceededError.code, DeadlineExceededError],
-  [BudgetExceededError.code, BudgetExceededError],
-  [UnknownTaskError.code, UnknownTaskError],
-  [InvalidPlanError.code, InvalidPlanError],
-  [PlannerFailedError.code, PlannerFailedError],
-  [NoProviderError.code, NoProviderError],
-  [StepFailedError.code, StepFailedError],
-  [RevocationQuotaError.code, RevocationQuotaError]
-])
+const FAMILY = new ErrorFamily<CollabError>(CollabError).register(
+  InvalidTokenError, TokenExpiredError, TokenNotYetValidError, EscalationError, PrincipalMismatchError, ChainTooDeepError,
+  RevokedError, InvalidSignatureError, InvalidEnvelopeError, ReplayError, EnvelopeExpiredError, UnauthorizedError,
+  PolicyDeniedError, ApprovalRequiredError, DeadlineExceededError, BudgetExceededError, UnknownTaskError, InvalidPlanError,
+  PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError
+)
 
 /**
  * Turn an error received from a remote peer (a transport `RemoteError` with one
  * of these codes) into the matching class; other errors pass unchanged
  */
 export function fromRemote (err: unknown): unknown {
-  const e = err as { code?: unknown, remote?: unknown, message?: string } | undefined
-  if (e?.remote === true && typeof e.code === 'string') {
-    const C = BY_CODE.get(e.code)
-    if (C != null) {
-      const out = new C(e.message, { cause: err })
-      ;(out as CollabError & { remote: boolean }).remote = true
-      return out
-    }
-  }
+  const out = FAMILY.fromRemote(err)
   // codes of the layer below (e.g. NOT_EXPORTED from a gateway) keep their names too
-  return interconnectFromRemote(err)
+  return out !== err ? out : interconnectFromRemote(err)
 }

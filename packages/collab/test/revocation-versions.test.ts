@@ -130,3 +130,83 @@ describe('revocation protocol versions over TCP', () => {
     expect(stores[0].has(await cidOf(lenient))).toBe(true)
   })
 })
+
+describe('revocation protocol versions over TCP: a 1.0.0 peer is remembered', () => {
+  let user: Identity
+  let A: TransportNode // current: publishes
+  let O: TransportNode // old: serves only /ioa/revocation/1.0.0
+  let service: RevocationService
+  const accepted: string[] = []
+
+  const tokenOf = async (): Promise<Token> =>
+    delegate(user, { audience: (await createIdentity()).did, capabilities: [PAY], expiresAt: Date.now() + HOUR })
+
+  beforeAll(async () => {
+    user = await createIdentity()
+    ;[A, O] = await Promise.all([0, 1].map(async () => createTransportNode({ transports: ['tcp'] })))
+    service = await createRevocationService(A, await RevocationStore.open(new MemoryDatastore()))
+    await O.services.messaging.handle(REVOCATION_PROTOCOL_1_0, ANNOUNCE_METHOD, async (payload) => {
+      accepted.push((await oldStrictParse(payload)).payload.revoke)
+      return { new: true }
+    })
+    await A.dial(O.getMultiaddrs())
+    await until(async () => (await A.peerStore.get(O.peerId)).protocols.includes(REVOCATION_PROTOCOL_1_0), { timeout: 10_000, what: 'A identified O' })
+  }, 60_000)
+
+  afterAll(async () => {
+    await service?.stop().catch(() => {})
+    for (const n of [A, O]) await Promise.resolve(n?.stop()).catch(() => {})
+  })
+
+  /** The protocols of the announces A sends to O while `fn` runs */
+  async function asked (fn: () => Promise<unknown>): Promise<string[]> {
+    const protocols: string[] = []
+    const messaging = A.services.messaging
+    const request = messaging.request.bind(messaging)
+    messaging.request = (async (peer: PeerId, protocol: string, ...rest: any[]) => {
+      if (peer.equals(O.peerId)) protocols.push(protocol)
+      return (request as any)(peer, protocol, ...rest)
+    }) as typeof messaging.request
+    try {
+      await fn()
+    } finally {
+      messaging.request = request
+    }
+    return protocols
+  }
+
+  it('after one refused 1.1.0 stream, later records go to it on 1.0.0 (or are skipped) without asking 1.1.0 again', async () => {
+    const first = await createRevocation(user, await tokenOf(), { exp: null })
+    expect(await asked(async () => service.publish(first))).toEqual([REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0])
+
+    const records = [
+      await createRevocation(user, await tokenOf(), { exp: null }),
+      await createRevocation(user, await tokenOf()),
+      await createRevocation(user, await tokenOf(), { exp: null })
+    ]
+    const results: unknown[] = []
+    const protocols = await asked(async () => { for (const rev of records) results.push(await service.publish(rev)) })
+    expect(protocols).toEqual([REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOL_1_0])
+    expect(results).toEqual([
+      { new: true, peers: 1, delivered: 1, skipped: 0 },
+      { new: true, peers: 1, delivered: 0, skipped: 1 },
+      { new: true, peers: 1, delivered: 1, skipped: 0 }
+    ])
+    expect(accepted).toEqual([first, records[0], records[2]].map(r => r.payload.revoke))
+  })
+
+  it('once identify lists 1.1.0 for the peer (it was upgraded and reconnects), it is asked on 1.1.0 again', async () => {
+    const current: string[] = []
+    await O.services.messaging.handle(REVOCATION_PROTOCOL, ANNOUNCE_METHOD, async (payload) => {
+      current.push(dagCbor.decode<Revocation>(payload as Uint8Array).payload.revoke)
+      return { new: true }
+    })
+    // the upgraded peer comes back (identify runs on the new connection)
+    await A.hangUp(O.peerId)
+    await A.dial(O.getMultiaddrs())
+    await until(async () => (await A.peerStore.get(O.peerId)).protocols.includes(REVOCATION_PROTOCOL), { timeout: 10_000, what: 'identify told A that O speaks 1.1.0' })
+    const rev = await createRevocation(user, await tokenOf())
+    expect(await asked(async () => service.publish(rev))).toEqual([REVOCATION_PROTOCOL])
+    expect(current).toEqual([rev.payload.revoke])
+  })
+})

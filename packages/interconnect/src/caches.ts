@@ -4,7 +4,7 @@
  * flood of distinct lookups or agent ids only evicts the least recently
  * used entries.
  */
-import { BoundedMap } from './bounded-map.js'
+import { BoundedMap } from '@ioa/transport/internal'
 import { cardSigningBytes } from './card.js'
 import type { SignedCard } from './card.js'
 import type { Did } from './identity.js'

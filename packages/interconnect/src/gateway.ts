@@ -21,7 +21,7 @@
  * Several gateways of one domain serve the same agents (the agents' cards list
  * all of them), so callers fail over from one to the next.
  */
-import { TokenBuckets } from '@ioa/transport'
+import { TokenBuckets } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { Queue } from '@libp2p/utils'
 import { assertCapability, capabilityMatches, capabilityPrefixes } from './capability.js'

@@ -7,7 +7,7 @@
  * `interconnect.md` 7.1). Bounded: the least recently seen agents are
  * forgotten first.
  */
-import { BoundedMap } from './bounded-map.js'
+import { BoundedMap } from '@ioa/transport/internal'
 import type { Did } from './identity.js'
 
 /** The record of one agent */

@@ -18,8 +18,6 @@ export type {
 } from './types.js'
 export type { InterconnectCacheStats } from './caches.js'
 export type { AgentHistory, Outcome } from './history.js'
-export { BoundedMap } from './bounded-map.js'
-export type { BoundedMapInit } from './bounded-map.js'
 export {
   publicKeyToDid, didToPublicKey, isDid, domainSeparated, createIdentity, identityFromPrivateKey, verifyByDid, KeyStore
 } from './identity.js'

@@ -5,6 +5,7 @@
  * the route protocol's `deliver` handler.
  */
 import { peerIdFromString } from '@libp2p/peer-id'
+import { countsAgainstAgent, mayTryAnotherPeer } from '@ioa/transport'
 import { anySignal } from 'any-signal'
 import { agentCid, assertCapability } from './capability.js'
 import { verifyCard } from './card.js'
@@ -25,11 +26,8 @@ import type { DiscoverOptions, Forwarder, SendOptions } from './types.js'
 import type { RequestContext } from '@ioa/transport'
 import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
 
-/** Errors of a delivery that count against the agent's record */
-const FAILURE_CODES = new Set(['TIMEOUT', 'HANDLER_ERROR'])
-
-/** Errors of a delivery after which the next peer serving the agent is tried */
-const NEXT_PEER_CODES = new Set(['DIAL_FAILED', 'STREAM_CLOSED', 'PROTOCOL_NOT_SUPPORTED'])
+/** The interconnect reads the transport's retry table without the collaboration layer's codes */
+const AS_INTERCONNECT = { reader: 'interconnect' } as const
 
 export interface RouterInit {
   components: Pick<InterconnectComponents, 'peerId' | 'contentRouting' | 'peerStore' | 'messaging' | 'ping'>
@@ -165,13 +163,13 @@ export class Router {
             caches.routes.delete(to)
             break
           }
-          if (NEXT_PEER_CODES.has(err?.code)) {
+          if (mayTryAnotherPeer(err, AS_INTERCONNECT)) {
             this.log('delivery to %s: peer %s unreachable (%s), trying the next', to, peer, err?.code)
             continue
           }
           // the agent did not answer in time, or its handler failed: a bad
           // mark for ranking (a call the caller aborted is not the agent's fault)
-          if (options.signal?.aborted !== true && FAILURE_CODES.has(err?.code)) {
+          if (options.signal?.aborted !== true && countsAgainstAgent(err, { ...AS_INTERCONNECT, reachedOnly: true })) {
             history.record(to, { ok: false })
           }
           this.log('delivery to %s through %s failed: %s %s', to, peer, err?.code, err?.message)

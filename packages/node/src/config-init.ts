@@ -36,12 +36,17 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       maxInFlightPerPeer: c.limits?.maxInFlightPerPeer,
       requestTimeout: c.limits?.requestTimeout
     },
-    ...(c.behindGateways != null
+    ...(c.behindGateways != null || c.limits?.interconnect != null
       ? {
           interconnect: {
-            private: true,
-            gateways: c.behindGateways.map(g => g.outer),
-            trustedGateways: c.behindGateways.map(g => g.inner)
+            ...c.limits?.interconnect,
+            ...(c.behindGateways != null
+              ? {
+                  private: true,
+                  gateways: c.behindGateways.map(g => g.outer),
+                  trustedGateways: c.behindGateways.map(g => g.inner)
+                }
+              : {})
           }
         }
       : {}),

@@ -4,6 +4,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
+import { MAX_CARDS_PER_LIST } from '@ioa/interconnect'
 import { z } from 'zod'
 
 import { ConfigError } from './errors.js'
@@ -99,6 +100,16 @@ const GatewayConfig = z.object({
   refreshInterval: z.number().int().min(100).optional()
 }).strict()
 
+/** The interconnect's cache bounds: discovery results, routes, card bytes, ranking history */
+const InterconnectLimits = z.object({
+  maxCachedLookups: z.number().int().positive().optional(),
+  maxCachedRoutes: z.number().int().positive().optional(),
+  maxCacheBytes: z.number().int().positive().optional(),
+  maxResultsPerLookup: z.number().int().positive().optional(),
+  maxCardsPerProvider: z.number().int().positive().max(MAX_CARDS_PER_LIST).optional(),
+  maxHistory: z.number().int().positive().optional()
+}).strict()
+
 export const NodeConfigSchema = z.object({
   /** Addresses to listen on @default ['/ip4/127.0.0.1/tcp/0'] */
   listen: z.array(z.string().min(1)).max(16).optional(),
@@ -130,7 +141,9 @@ export const NodeConfigSchema = z.object({
      * connections bypass maxConnections and libp2p's inbound rate limit; only
      * for hosts you control (a demo of many nodes on one machine) @default []
      */
-    allow: z.array(z.string().max(256).regex(/^\/ip[46]\/[^/]+(\/ipcidr\/\d{1,3})?$/, 'an IP prefix such as /ip4/127.0.0.1 or /ip4/10.0.0.0/ipcidr/8')).max(64).optional()
+    allow: z.array(z.string().max(256).regex(/^\/ip[46]\/[^/]+(\/ipcidr\/\d{1,3})?$/, 'an IP prefix such as /ip4/127.0.0.1 or /ip4/10.0.0.0/ipcidr/8')).max(64).optional(),
+    /** The interconnect's cache bounds (`InterconnectInit`, spec/interconnect.md 7 and 10) @default the interconnect's defaults */
+    interconnect: InterconnectLimits.optional()
   }).strict().optional(),
   /** DHT provider-record lifetime in ms @default 600_000 */
   providerTtl: z.number().int().min(1000).optional(),

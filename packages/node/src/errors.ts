@@ -4,7 +4,7 @@
  * on the transport's `CodedError` base. Tests and callers assert on name and
  * code, never on the message.
  */
-import { CodedError } from '@ioa/transport'
+import { CodedError, withCode } from '@ioa/transport'
 
 /** A config file or config object is invalid (the CLI exits 2 naming `field`) */
 export class ConfigError extends CodedError {
@@ -51,75 +51,43 @@ export class ExternalAgentError extends CodedError {
 }
 
 /** The program could not be started, or exited before its hello */
-export class AgentStartError extends ExternalAgentError {
+export class AgentStartError extends withCode(ExternalAgentError, 'AGENT_START_FAILED', 'The agent program failed to start') {
   static override name = 'AgentStartError'
-  static code = 'AGENT_START_FAILED'
-  constructor (message = 'The agent program failed to start', options?: ErrorOptions) {
-    super(AgentStartError.code, message, options)
-  }
 }
 
 /** No hello within `startTimeout` */
-export class AgentStartTimeoutError extends ExternalAgentError {
+export class AgentStartTimeoutError extends withCode(ExternalAgentError, 'AGENT_START_TIMEOUT', 'The agent program sent no hello in time') {
   static override name = 'AgentStartTimeoutError'
-  static code = 'AGENT_START_TIMEOUT'
-  constructor (message = 'The agent program sent no hello in time', options?: ErrorOptions) {
-    super(AgentStartTimeoutError.code, message, options)
-  }
 }
 
 /** The hello names another protocol (version) */
-export class UnsupportedProtocolError extends ExternalAgentError {
+export class UnsupportedProtocolError extends withCode(ExternalAgentError, 'UNSUPPORTED_PROTOCOL', 'Unsupported agent protocol') {
   static override name = 'UnsupportedProtocolError'
-  static code = 'UNSUPPORTED_PROTOCOL'
-  constructor (message = 'Unsupported agent protocol', options?: ErrorOptions) {
-    super(UnsupportedProtocolError.code, message, options)
-  }
 }
 
 /** The hello lacks a skill the configuration gives the agent */
-export class SkillMismatchError extends ExternalAgentError {
+export class SkillMismatchError extends withCode(ExternalAgentError, 'SKILL_MISMATCH', 'The program does not serve a configured skill') {
   static override name = 'SkillMismatchError'
-  static code = 'SKILL_MISMATCH'
-  constructor (message = 'The program does not serve a configured skill', options?: ErrorOptions) {
-    super(SkillMismatchError.code, message, options)
-  }
 }
 
 /** A line of the program is not a valid protocol message */
-export class AgentProtocolError extends ExternalAgentError {
+export class AgentProtocolError extends withCode(ExternalAgentError, 'AGENT_PROTOCOL_ERROR', 'Agent protocol error') {
   static override name = 'AgentProtocolError'
-  static code = 'AGENT_PROTOCOL_ERROR'
-  constructor (message = 'Agent protocol error', options?: ErrorOptions) {
-    super(AgentProtocolError.code, message, options)
-  }
 }
 
 /** A line is longer than `maxLineBytes` */
-export class LineTooLongError extends ExternalAgentError {
+export class LineTooLongError extends withCode(ExternalAgentError, 'LINE_TOO_LONG', 'Line too long') {
   static override name = 'LineTooLongError'
-  static code = 'LINE_TOO_LONG'
-  constructor (message = 'Line too long', options?: ErrorOptions) {
-    super(LineTooLongError.code, message, options)
-  }
 }
 
 /** The program exited (or was stopped) while the task ran */
-export class AgentExitedError extends ExternalAgentError {
+export class AgentExitedError extends withCode(ExternalAgentError, 'AGENT_EXITED', 'The agent program exited') {
   static override name = 'AgentExitedError'
-  static code = 'AGENT_EXITED'
-  constructor (message = 'The agent program exited', options?: ErrorOptions) {
-    super(AgentExitedError.code, message, options)
-  }
 }
 
 /** More than `maxConcurrentTasks` tasks at once */
-export class TooManyTasksError extends ExternalAgentError {
+export class TooManyTasksError extends withCode(ExternalAgentError, 'TOO_MANY_TASKS', 'Too many concurrent tasks') {
   static override name = 'TooManyTasksError'
-  static code = 'TOO_MANY_TASKS'
-  constructor (message = 'Too many concurrent tasks', options?: ErrorOptions) {
-    super(TooManyTasksError.code, message, options)
-  }
 }
 
 /** The error a program reported for a task (`{"type":"error"}`): its code is the program's */

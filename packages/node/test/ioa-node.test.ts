@@ -181,6 +181,31 @@ describe('task limits from a config, over TCP', () => {
   }, 90_000)
 })
 
+describe('interconnect cache bounds from a config, over TCP', () => {
+  it('limits.interconnect reaches the interconnect: one cached lookup at most with maxCachedLookups 1, and a bad bound names its field', async () => {
+    const init = initFromConfig(parseConfig({ limits: { interconnect: { maxCachedLookups: 1, maxCachedRoutes: 2, maxHistory: 3 } } }))
+    expect(init.interconnect).toEqual({ maxCachedLookups: 1, maxCachedRoutes: 2, maxHistory: 3 })
+    expect(configError(() => parseConfig({ limits: { interconnect: { maxCacheBytes: 0 } } })).field).toBe('limits.interconnect.maxCacheBytes')
+    expect(configError(() => parseConfig({ limits: { interconnect: { maxCardsPerProvider: 257 } } })).field).toBe('limits.interconnect.maxCardsPerProvider')
+    expect(configError(() => parseConfig({ limits: { interconnect: { maxRoutes: 1 } } })).message).toMatch(/unknown field "maxRoutes"/)
+
+    const a = await createIoaNode({ domain: 'hotels.example' })
+    nodes.push(a)
+    const b = await createIoaNode({ ...initFromConfig(parseConfig({ domain: 'cars.example', limits: { interconnect: { maxCachedLookups: 1 } } })), bootstrap: [a.addresses()[0]] })
+    nodes.push(b)
+    for (const skill of ['travel.hotel.booking', 'travel.route.plan', 'payment.pay']) {
+      await a.host({ key: skill.replaceAll('.', '-'), name: skill, skills: [{ id: skill }] })
+    }
+    for (const capability of ['travel.hotel', 'travel.route', 'payment']) {
+      await until(async () => {
+        const r = await b.discover({ capability }, { timeout: 5_000 })
+        return r.length > 0 ? r : undefined
+      }, { timeout: 20_000, what: `${capability} discovered` })
+    }
+    expect(b.interconnect.cacheStats().lookups).toBe(1)
+  }, 90_000)
+})
+
 describe('custom layers', () => {
   it('starts layers in order after the built-in ones, finds them by name, and stops them in reverse before the node', async () => {
     const order: string[] = []

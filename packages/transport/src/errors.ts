@@ -20,151 +20,110 @@ export class MessagingError extends Error {
   constructor (code: string, message: string, options?: ErrorOptions) {
     super(message, options)
     this.code = code
-    this.name = 'MessagingError'
+    this.name = new.target.name
   }
+}
+
+/** A class of error with a fixed wire code */
+export interface CodedErrorClass<E extends Error & { code: string }> {
+  new (message?: string, options?: ErrorOptions): E
+  readonly code: string
+}
+
+/**
+ * The base of an error class with a fixed code and a default message, the
+ * one constructor every such class shares: a class written out as
+ * `class TimeoutError extends withCode(MessagingError, 'TIMEOUT', 'Timed out') { static override name = 'TimeoutError' }`
+ * is constructed with `(message?, options?)`, has `code` (and the static
+ * `code`) set, and its `name` is its `static name`. `Base` is the family's
+ * base class, constructed with `(code, message, options?)`; it sets `name`
+ * from `new.target.name` (as {@link CodedError} and {@link MessagingError} do).
+ */
+export function withCode<E extends Error & { code: string }> (
+  Base: new (code: string, message: string, options?: ErrorOptions) => E,
+  code: string,
+  defaultMessage: string
+): CodedErrorClass<E> {
+  const B = Base as unknown as new (code: string, message: string, options?: ErrorOptions) => Error
+  return class extends B {
+    static code = code
+    constructor (message = defaultMessage, options?: ErrorOptions) {
+      super(code, message, options)
+    }
+  } as unknown as CodedErrorClass<E>
 }
 
 /** The remote peer has no handler for the requested method */
-export class UnknownMethodError extends MessagingError {
+export class UnknownMethodError extends withCode(MessagingError, 'UNKNOWN_METHOD', 'Unknown method') {
   static override name = 'UnknownMethodError'
-  static code = 'UNKNOWN_METHOD'
-  constructor (message = 'Unknown method', options?: ErrorOptions) {
-    super(UnknownMethodError.code, message, options)
-    this.name = UnknownMethodError.name
-  }
 }
 
 /** An encoded frame exceeds the maximum frame size */
-export class PayloadTooLargeError extends MessagingError {
+export class PayloadTooLargeError extends withCode(MessagingError, 'PAYLOAD_TOO_LARGE', 'Payload too large') {
   static override name = 'PayloadTooLargeError'
-  static code = 'PAYLOAD_TOO_LARGE'
-  constructor (message = 'Payload too large', options?: ErrorOptions) {
-    super(PayloadTooLargeError.code, message, options)
-    this.name = PayloadTooLargeError.name
-  }
 }
 
 /** A request, handler or idle stream ran out of time */
-export class TimeoutError extends MessagingError {
+export class TimeoutError extends withCode(MessagingError, 'TIMEOUT', 'Timed out') {
   static override name = 'TimeoutError'
-  static code = 'TIMEOUT'
-  constructor (message = 'Timed out', options?: ErrorOptions) {
-    super(TimeoutError.code, message, options)
-    this.name = TimeoutError.name
-  }
 }
 
 /** The remote handler threw an error that had no code of its own */
-export class HandlerError extends MessagingError {
+export class HandlerError extends withCode(MessagingError, 'HANDLER_ERROR', 'Handler failed') {
   static override name = 'HandlerError'
-  static code = 'HANDLER_ERROR'
-  constructor (message = 'Handler failed', options?: ErrorOptions) {
-    super(HandlerError.code, message, options)
-    this.name = HandlerError.name
-  }
 }
 
 /** The peer has too many requests in flight */
-export class TooManyRequestsError extends MessagingError {
+export class TooManyRequestsError extends withCode(MessagingError, 'TOO_MANY_REQUESTS', 'Too many requests in flight') {
   static override name = 'TooManyRequestsError'
-  static code = 'TOO_MANY_REQUESTS'
-  constructor (message = 'Too many requests in flight', options?: ErrorOptions) {
-    super(TooManyRequestsError.code, message, options)
-    this.name = TooManyRequestsError.name
-  }
 }
 
 /** A frame could not be decoded or broke the envelope rules */
-export class MalformedFrameError extends MessagingError {
+export class MalformedFrameError extends withCode(MessagingError, 'MALFORMED_FRAME', 'Malformed frame') {
   static override name = 'MalformedFrameError'
-  static code = 'MALFORMED_FRAME'
-  constructor (message = 'Malformed frame', options?: ErrorOptions) {
-    super(MalformedFrameError.code, message, options)
-    this.name = MalformedFrameError.name
-  }
 }
 
 /** A length prefix does not decode: over 9 bytes, or not in shortest form */
-export class MalformedLengthError extends MessagingError {
+export class MalformedLengthError extends withCode(MessagingError, 'MALFORMED_LENGTH', 'Malformed length prefix') {
   static override name = 'MalformedLengthError'
-  static code = 'MALFORMED_LENGTH'
-  constructor (message = 'Malformed length prefix', options?: ErrorOptions) {
-    super(MalformedLengthError.code, message, options)
-    this.name = MalformedLengthError.name
-  }
 }
 
 /**
  * A peer (or its address, or all peers together) holds more buffered bytes
  * of partial frames than the receiver allows
  */
-export class ResourceExhaustedError extends MessagingError {
+export class ResourceExhaustedError extends withCode(MessagingError, 'RESOURCE_EXHAUSTED', 'Resource exhausted') {
   static override name = 'ResourceExhaustedError'
-  static code = 'RESOURCE_EXHAUSTED'
-  constructor (message = 'Resource exhausted', options?: ErrorOptions) {
-    super(ResourceExhaustedError.code, message, options)
-    this.name = ResourceExhaustedError.name
-  }
 }
 
 /** The request was canceled, by the caller's signal or a CANCEL frame */
-export class CanceledError extends MessagingError {
+export class CanceledError extends withCode(MessagingError, 'CANCELED', 'Canceled') {
   static override name = 'CanceledError'
-  static code = 'CANCELED'
-  constructor (message = 'Canceled', options?: ErrorOptions) {
-    super(CanceledError.code, message, options)
-    this.name = CanceledError.name
-  }
 }
 
 /** The stream carrying the request closed before the response arrived */
-export class StreamClosedError extends MessagingError {
+export class StreamClosedError extends withCode(MessagingError, 'STREAM_CLOSED', 'Stream closed') {
   static override name = 'StreamClosedError'
-  static code = 'STREAM_CLOSED'
-  constructor (message = 'Stream closed', options?: ErrorOptions) {
-    super(StreamClosedError.code, message, options)
-    this.name = StreamClosedError.name
-  }
 }
 
 /** The messaging service has not been started or was stopped */
-export class NotStartedError extends MessagingError {
+export class NotStartedError extends withCode(MessagingError, 'NOT_STARTED', 'Not started') {
   static override name = 'NotStartedError'
-  static code = 'NOT_STARTED'
-  constructor (message = 'Not started', options?: ErrorOptions) {
-    super(NotStartedError.code, message, options)
-    this.name = NotStartedError.name
-  }
 }
 
 /** A caller passed an argument that can never work (bad method name, etc.) */
-export class InvalidArgumentError extends MessagingError {
+export class InvalidArgumentError extends withCode(MessagingError, 'INVALID_ARGUMENT', 'Invalid argument') {
   static override name = 'InvalidArgumentError'
-  static code = 'INVALID_ARGUMENT'
-  constructor (message = 'Invalid argument', options?: ErrorOptions) {
-    super(InvalidArgumentError.code, message, options)
-    this.name = InvalidArgumentError.name
-  }
 }
 
 /** The peer could not be dialled (no address, refused, unreachable) */
-export class DialFailedError extends MessagingError {
+export class DialFailedError extends withCode(MessagingError, 'DIAL_FAILED', 'Dial failed') {
   static override name = 'DialFailedError'
-  static code = 'DIAL_FAILED'
-  constructor (message = 'Dial failed', options?: ErrorOptions) {
-    super(DialFailedError.code, message, options)
-    this.name = DialFailedError.name
-  }
 }
 
 /** The peer is connected but does not speak the requested protocol */
-export class ProtocolNotSupportedError extends MessagingError {
+export class ProtocolNotSupportedError extends withCode(MessagingError, 'PROTOCOL_NOT_SUPPORTED', 'Protocol not supported') {
   static override name = 'ProtocolNotSupportedError'
-  static code = 'PROTOCOL_NOT_SUPPORTED'
-  constructor (message = 'Protocol not supported', options?: ErrorOptions) {
-    super(ProtocolNotSupportedError.code, message, options)
-    this.name = ProtocolNotSupportedError.name
-  }
 }
 
 /**
@@ -176,7 +135,6 @@ export class RemoteError extends MessagingError {
   static override name = 'RemoteError'
   constructor (code: string, message: string, options?: ErrorOptions) {
     super(code, message, options)
-    this.name = RemoteError.name
   }
 }
 
@@ -233,12 +191,6 @@ export function errorToWire (err: unknown, maxMessageLength: number): { code: st
   return { code, message }
 }
 
-/** A class of error with a fixed wire code */
-export interface CodedErrorClass<E extends Error & { code: string }> {
-  new (message?: string, options?: ErrorOptions): E
-  readonly code: string
-}
-
 /**
  * Base class of a family of coded errors (a layer's, an extension's): a
  * subclass needs only its `static name`, which becomes the instances' `name`
@@ -256,10 +208,11 @@ export class CodedError extends Error {
 }
 
 /**
- * A family of coded error classes sharing one base class, as the upper layers
- * define them: `define()` makes a named class per code, and `fromRemote()`
- * turns an error received from a peer (a {@link RemoteError} with one of the
- * family's codes) back into its class, with `remote === true`.
+ * The registry of a family of coded error classes sharing one base class (a
+ * layer's, an extension's): `register()` records classes written out with
+ * {@link withCode}, and `fromRemote()` turns an error received from a peer
+ * (a {@link RemoteError} with one of the family's codes) back into its
+ * class, with `remote === true`.
  */
 export class ErrorFamily<E extends Error & { code: string }> {
   private readonly byCode = new Map<string, CodedErrorClass<E>>()
@@ -269,21 +222,30 @@ export class ErrorFamily<E extends Error & { code: string }> {
     this.Base = Base
   }
 
-  define (name: string, code: string, fallback: string): CodedErrorClass<E> {
-    if (!ERROR_CODE_PATTERN.test(code) || this.byCode.has(code)) {
-      throw new InvalidArgumentError(`Invalid or duplicate error code ${code}`)
-    }
-    const Base = this.Base as unknown as new (code: string, message: string, options?: ErrorOptions) => Error & { code: string }
-    const C = class extends Base {
-      static override name = name
-      static code = code
-      constructor (message = fallback, options?: ErrorOptions) {
-        super(code, message, options)
-        this.name = name
+  /** Record classes of the family by their code (a code may be registered once); returns the family */
+  register (...classes: Array<CodedErrorClass<E>>): this {
+    for (const C of classes) {
+      if (!ERROR_CODE_PATTERN.test(C.code) || this.byCode.has(C.code)) {
+        throw new InvalidArgumentError(`Invalid or duplicate error code ${C.code}`)
       }
+      this.byCode.set(C.code, C)
     }
-    this.byCode.set(code, C as unknown as CodedErrorClass<E>)
-    return C as unknown as CodedErrorClass<E>
+    return this
+  }
+
+  /**
+   * Make and register a class at run time
+   *
+   * @deprecated a class made at run time cannot be named as a type: write it
+   * out with {@link withCode} and {@link register} it
+   */
+  define (name: string, code: string, fallback: string): CodedErrorClass<E> {
+    const Coded = withCode(this.Base, code, fallback) as unknown as new (message?: string, options?: ErrorOptions) => Error
+    const C = class extends Coded {
+      static override name = name
+    } as unknown as CodedErrorClass<E>
+    this.register(C)
+    return C
   }
 
   fromRemote (err: unknown): unknown {

@@ -32,11 +32,13 @@ export {
   TooManyRequestsError, MalformedFrameError, MalformedLengthError, ResourceExhaustedError, CanceledError, StreamClosedError, NotStartedError,
   InvalidArgumentError, DialFailedError, ProtocolNotSupportedError, RemoteError, errorFromWire, ERROR_CODE_PATTERN,
   ErrorFamily,
-  CodedError
+  CodedError, withCode
 } from './errors.js'
 export { openDatastore } from './node.js'
-export { AsyncQueue } from './async-queue.js'
-export { TokenBuckets } from './rate-limit.js'
+export {
+  RETRY_TABLE, ANSWER, retryFacts, isRepeatable, isUnreached, mayTryAnotherPeer, countsAgainstAgent
+} from './retry.js'
+export type { RetryFacts, Reached, ErrorLayer, RetryReadOptions, AnotherPeerOptions, BlameOptions } from './retry.js'
 export { membersOnlyGater } from './gater.js'
 export type { MembersOnlyGaterOptions } from './gater.js'
 export {

@@ -9,7 +9,8 @@ import { Uint8ArrayList } from 'uint8arraylist'
 import { describe, expect, it } from 'vitest'
 import { BufferBudget } from '../src/buffer-budget.js'
 import { FrameReader, readPrefix } from '../src/length-prefix.js'
-import { decodeFrame, TokenBuckets } from '../src/index.js'
+import { decodeFrame } from '../src/index.js'
+import { TokenBuckets } from '../src/internal.js'
 import { errorOf, fromHex, readSpecBlock } from '../../../test/util.js'
 
 interface PrefixVector { name: string, hex: string, length?: number, error?: string }

@@ -4,7 +4,8 @@
  * verified, stored and passed on (spec/collab-delegation.md 8)
  */
 import { RateLimitedError } from '@ioa/interconnect'
-import { ProtocolNotSupportedError, TokenBuckets } from '@ioa/transport'
+import { ProtocolNotSupportedError } from '@ioa/transport'
+import { BoundedMap, TokenBuckets } from '@ioa/transport/internal'
 import { CollabError } from '../errors.js'
 import {
   ANNOUNCE_METHOD, REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOLS, decodeRevocation, encodeRevocation, parseRevocation
@@ -34,7 +35,13 @@ export interface RevocationServiceInit {
   announceTimeout?: number
   /** Announces sent at once while flooding @default 16 */
   concurrency?: number
-  /** Peers whose rate is tracked; the least recently seen are forgotten beyond this @default 10_000 */
+  /**
+   * Peers whose announce rate is tracked, and peers remembered as speaking
+   * only `/ioa/revocation/1.0.0` (each bound on its own); the least recently
+   * seen are forgotten beyond this
+   *
+   * @default 10_000
+   */
   maxTrackedPeers?: number
 }
 
@@ -79,11 +86,13 @@ function positive (name: string, value: number): number {
  */
 export async function createRevocationService (node: TransportNode, store: RevocationStore, init: RevocationServiceInit = {}): Promise<RevocationService> {
   const rate = init.rateLimit ?? { requests: 100, per: 60_000 }
-  const limiter = new TokenBuckets(
-    positive('rateLimit.requests', rate.requests),
-    positive('rateLimit.per', rate.per),
-    Math.floor(positive('maxTrackedPeers', init.maxTrackedPeers ?? 10_000))
-  )
+  const maxTrackedPeers = Math.floor(positive('maxTrackedPeers', init.maxTrackedPeers ?? 10_000))
+  const limiter = new TokenBuckets(positive('rateLimit.requests', rate.requests), positive('rateLimit.per', rate.per), maxTrackedPeers)
+  /**
+   * Peers that refused 1.1.0 and speak 1.0.0: sent to on 1.0.0 (or skipped)
+   * at once, until identify lists 1.1.0 for them
+   */
+  const legacyPeers = new BoundedMap<string, true>({ maxEntries: maxTrackedPeers })
   const announceTimeout = positive('announceTimeout', init.announceTimeout ?? 5_000)
   const concurrency = Math.floor(positive('concurrency', init.concurrency ?? 16))
   const messaging = node.services.messaging
@@ -105,24 +114,41 @@ export async function createRevocationService (node: TransportNode, store: Revoc
   /**
    * Send a record to one peer on 1.1.0; when the peer does not speak it, on
    * 1.0.0 if the record has no `exp` (a 1.0.0 peer refuses the field), else
-   * not at all ('skipped')
+   * not at all ('skipped'). A peer found to speak only 1.0.0 is remembered
+   * (at most `maxTrackedPeers`) and not asked on 1.1.0 again until identify
+   * lists 1.1.0 for it.
    */
   const announceTo = async (peer: PeerId, rev: Revocation, bytes: Uint8Array, signal: AbortSignal): Promise<'delivered' | 'skipped'> => {
     const deadline = Date.now() + announceTimeout
-    try {
-      await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal })
-      return 'delivered'
-    } catch (err: any) {
-      if (err?.code !== ProtocolNotSupportedError.code) throw err
-      // a peer that speaks neither version (as identify reported) is a failure, not a skip
-      if (rev.payload.exp !== undefined && !await speaks(peer, REVOCATION_PROTOCOL_1_0)) throw err
+    const id = peer.toString()
+    if (legacyPeers.get(id) != null && await speaks(peer, REVOCATION_PROTOCOL)) {
+      log('peer %p now lists %s: asked on it again', peer, REVOCATION_PROTOCOL)
+      legacyPeers.delete(id)
+    }
+    if (legacyPeers.get(id) == null) {
+      try {
+        await messaging.request(peer, REVOCATION_PROTOCOL, ANNOUNCE_METHOD, bytes, { timeout: announceTimeout, signal })
+        return 'delivered'
+      } catch (err: any) {
+        if (err?.code !== ProtocolNotSupportedError.code) throw err
+        // a peer that speaks neither version (as identify reported) is a failure, not a skip
+        if (rev.payload.exp !== undefined && !await speaks(peer, REVOCATION_PROTOCOL_1_0)) throw err
+      }
+      if (rev.payload.exp !== undefined) legacyPeers.set(id, true)
     }
     if (rev.payload.exp !== undefined) {
       log('peer %p speaks only %s, which refuses a record with exp: revocation of %s by %s not sent to it',
         peer, REVOCATION_PROTOCOL_1_0, rev.payload.revoke, rev.payload.iss)
       return 'skipped'
     }
-    await messaging.request(peer, REVOCATION_PROTOCOL_1_0, ANNOUNCE_METHOD, bytes, { timeout: Math.max(1, deadline - Date.now()), signal })
+    try {
+      await messaging.request(peer, REVOCATION_PROTOCOL_1_0, ANNOUNCE_METHOD, bytes, { timeout: Math.max(1, deadline - Date.now()), signal })
+    } catch (err: any) {
+      // it speaks neither version now: ask it on 1.1.0 again next time
+      if (err?.code === ProtocolNotSupportedError.code) legacyPeers.delete(id)
+      throw err
+    }
+    legacyPeers.set(id, true)
     return 'delivered'
   }
 

@@ -6,12 +6,12 @@
  * needs (spec/collab-orchestration.md).
  */
 import delay from 'delay'
-import { StreamClosedError } from '@ioa/transport'
+import { StreamClosedError, isUnreached } from '@ioa/transport'
 import { capabilityFor, delegate, tokenCid } from '../auth/delegation.js'
 import { NoProviderError, StepFailedError, UnauthorizedError, fromRemote } from '../errors.js'
 import { LeaseLapsedError, taskFailure } from '../tasks/service.js'
 import { isTerminal } from '../tasks/model.js'
-import { FAILED_STATES, FATAL, GONE, NOT_REACHED, REFUSED, SUSPECT_FOR, codeOf, errorOf } from './failures.js'
+import { FAILED_STATES, FATAL, REFUSED, SUSPECT_FOR, codeOf, errorOf, isGone } from './failures.js'
 import { backoffDelay, subtaskId } from './run.js'
 import type { ProviderPool } from './provider-pool.js'
 import type { OrchestrationContext, Run } from './run.js'
@@ -99,7 +99,7 @@ export class SubtaskRunner {
         if (!isTerminal(attempt.state as TaskState) || attempt.state === 'lapsed') {
           if (this.ctx.unsent.has(attempt)) {
             attempt.state = 'absent'
-          } else if (attempt.state === 'submitting' && (REFUSED.has(code) || NOT_REACHED.has(code))) {
+          } else if (attempt.state === 'submitting' && (REFUSED.has(code) || isUnreached(code))) {
             // refused before a task existed, or never delivered: nothing runs there
             attempt.state = REFUSED.has(code) ? 'absent' : 'unreachable'
           } else {
@@ -115,7 +115,7 @@ export class SubtaskRunner {
         }
         void this.ctx.trySave(run, rec)
         if (FATAL.has(code)) throw err
-        if (GONE.has(code) || attempt.state === 'unreachable') this.suspect(attempt.provider)
+        if (isGone(code) || attempt.state === 'unreachable') this.suspect(attempt.provider)
         lastErr = err
         const next = tried.size < this.ctx.maxAttemptsPerRound ? pool.peek(tried) : undefined
         if (next != null) {

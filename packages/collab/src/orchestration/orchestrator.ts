@@ -378,7 +378,7 @@ class DefaultOrchestrator implements Orchestrator {
         // a finished run: report it as journaled
         run.outcome = resultOf(run.record, run.steps)
         this.emit(run, terminalEvent(run))
-        run.events.close()
+        run.events.end()
         return
       }
       if (run.resumed) {
@@ -503,7 +503,7 @@ class DefaultOrchestrator implements Orchestrator {
       this.emit(run, terminalEvent(run))
     } finally {
       this.active.delete(run.id)
-      run.events.close()
+      run.events.end()
     }
   }
 }

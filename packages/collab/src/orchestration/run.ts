@@ -7,7 +7,8 @@ import { setMaxListeners } from 'node:events'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { base64url } from 'multiformats/bases/base64'
 import { InvalidPlanError } from '../errors.js'
-import { AsyncQueue } from '@ioa/transport'
+import { pushable } from 'it-pushable'
+import type { Pushable } from 'it-pushable'
 import { PLAN_LIMITS } from '../planning/plan.js'
 import { isMap } from '../shape.js'
 import type { BackoffInit, OrchestratorEvent, OrchestratorInit, RunResult, StepOutcome } from './api.js'
@@ -136,7 +137,7 @@ export interface Run {
   proofs: Token[]
   chain?: VerifiedChain
   controller: AbortController
-  events: AsyncQueue<OrchestratorEvent>
+  events: Pushable<OrchestratorEvent>
   semaphore: Semaphore
   tokens: Map<string, Promise<{ token: Token, cid: string }>>
   /** provider lookups of this run, by capability */
@@ -181,7 +182,7 @@ export function newRun (record: RunRecord, plan: Plan, steps: Map<string, StepRe
     results,
     proofs: record.proofs,
     controller: runController(),
-    events: new AsyncQueue(),
+    events: pushable<OrchestratorEvent>({ objectMode: true }),
     semaphore: new Semaphore(concurrency),
     tokens: new Map(),
     discovered: new Map(),

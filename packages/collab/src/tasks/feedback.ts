@@ -10,6 +10,7 @@
  * replay, fair-share quota, a malformed request) and tasks the caller
  * canceled, abandoned or aborted count neither way.
  */
+import { countsAgainstAgent } from '@ioa/transport'
 import type { TaskState } from './model.js'
 import type { Outcome } from '@ioa/interconnect'
 
@@ -19,11 +20,6 @@ import type { Outcome } from '@ioa/interconnect'
  */
 const CALLER_FAILURES = new Set(['BUDGET_EXCEEDED'])
 
-/**
- * Stream errors (before any event, after every serving peer was tried) that
- * say the agent could not be reached or did not answer in time
- */
-const NO_ANSWER = new Set(['STREAM_CLOSED', 'DIAL_FAILED', 'NOT_STARTED', 'PROTOCOL_NOT_SUPPORTED', 'TIMEOUT', 'HANDLER_ERROR', 'LEASE_LAPSED', 'PEER_UNREACHABLE'])
 
 /**
  * The outcome of a task that reached a terminal state, or undefined when it
@@ -37,7 +33,12 @@ export function finishedOutcome (state: TaskState, errorCode?: string): Outcome 
   return undefined
 }
 
-/** The outcome of a stream that ended with `code` before the task did, or undefined for a refusal */
+/**
+ * The outcome of a stream that ended with `code` before the task did (before
+ * any event, after every serving peer was tried), or undefined for a refusal:
+ * a failure when the code says the agent could not be reached or did not
+ * answer (the transport's retry table)
+ */
 export function unansweredOutcome (code: string | undefined): Outcome | undefined {
-  return code != null && NO_ANSWER.has(code) ? { ok: false } : undefined
+  return code != null && countsAgainstAgent(code) ? { ok: false } : undefined
 }

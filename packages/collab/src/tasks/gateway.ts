@@ -22,7 +22,8 @@
  * would take the protocol over.
  */
 import { UnknownAgentError } from '@ioa/interconnect'
-import { CanceledError } from '@ioa/transport'
+import { CanceledError, mayTryAnotherPeer } from '@ioa/transport'
+import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
 import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
@@ -137,9 +138,6 @@ interface Owner {
   domain?: string
 }
 
-/** Codes after which a call certainly did not reach the executor: the next peer may be tried */
-const NOT_REACHED = new Set(['DIAL_FAILED', 'PROTOCOL_NOT_SUPPORTED'])
-
 /** Callers whose domain is remembered */
 const MAX_CALLERS = 4_096
 
@@ -179,13 +177,12 @@ class DefaultTaskGateway implements TaskGateway {
   private readonly resolveTimeout: number
   private readonly callerLookupTimeout: number
   private readonly callerCacheTtl: number
-  private readonly maxRelayed: number
   private readonly onRelay?: (event: RelayEvent) => void
   private readonly log: Logger
-  /** Relayed tasks (agent "\n" task id) → their outer owner, least recently used first */
-  private readonly owners = new Map<string, Owner>()
-  /** Caller (did "\n" peer) → its domain, when looked up */
-  private readonly callers = new Map<string, { domain?: string, at: number }>()
+  /** Relayed tasks (agent "\n" task id) → their outer owner, least recently stored first (reads `peek`: they do not refresh) */
+  private readonly owners: BoundedMap<string, Owner>
+  /** Caller (did "\n" peer) → its domain, when looked up (reads `peek`) */
+  private readonly callers = new BoundedMap<string, { domain?: string, at: number }>({ maxEntries: MAX_CALLERS })
   private readonly stopping = new AbortController()
   private readonly counters = { relayed: 0, refused: 0, failed: 0, streams: 0 }
   private started = false
@@ -203,7 +200,7 @@ class DefaultTaskGateway implements TaskGateway {
     this.resolveTimeout = checkOption('resolveTimeout', init.resolveTimeout ?? 5_000)
     this.callerLookupTimeout = checkOption('callerLookupTimeout', init.callerLookupTimeout ?? 2_000)
     this.callerCacheTtl = checkOption('callerCacheTtl', init.callerCacheTtl ?? 30_000, 0)
-    this.maxRelayed = checkOption('maxRelayed', init.maxRelayed ?? 10_000)
+    this.owners = new BoundedMap({ maxEntries: Math.floor(checkOption('maxRelayed', init.maxRelayed ?? 10_000)) })
     this.onRelay = init.onRelay
     this.log = init.outer.node.logger.forComponent('ioa:collab:gateway')
   }
@@ -241,7 +238,7 @@ class DefaultTaskGateway implements TaskGateway {
   }
 
   ownerOf (agent: Did, taskId: string): string | undefined {
-    return this.owners.get(DefaultTaskGateway.key(agent, taskId))?.peer
+    return this.owners.peek(DefaultTaskGateway.key(agent, taskId))?.peer
   }
 
   // ---- owners and callers ----------------------------------------------
@@ -251,9 +248,7 @@ class DefaultTaskGateway implements TaskGateway {
   }
 
   private remember (key: string, owner: Owner): void {
-    this.owners.delete(key)
     this.owners.set(key, owner)
-    while (this.owners.size > this.maxRelayed) this.owners.delete(this.owners.keys().next().value as string)
   }
 
   private tell (event: RelayEvent): void {
@@ -281,7 +276,7 @@ class DefaultTaskGateway implements TaskGateway {
    */
   private async callerDomain (from: Did, peer: string, signal: AbortSignal): Promise<string | undefined> {
     const key = `${from}\n${peer}`
-    const hit = this.callers.get(key)
+    const hit = this.callers.peek(key)
     if (hit != null && Date.now() - hit.at < this.callerCacheTtl) return hit.domain
     let domain: string | undefined
     try {
@@ -292,9 +287,7 @@ class DefaultTaskGateway implements TaskGateway {
       this.log.trace('no card of caller %s from %s in time: %e', from, peer, err)
       signal.throwIfAborted()
     }
-    this.callers.delete(key)
     this.callers.set(key, { ...(domain != null ? { domain } : {}), at: Date.now() })
-    while (this.callers.size > MAX_CALLERS) this.callers.delete(this.callers.keys().next().value as string)
     return domain
   }
 
@@ -302,7 +295,7 @@ class DefaultTaskGateway implements TaskGateway {
   private authorize (agent: Did, task: string, peer: string): Owner {
     return this.refuse(() => {
       const key = DefaultTaskGateway.key(agent, task)
-      const owner = this.owners.get(key)
+      const owner = this.owners.peek(key)
       if (owner == null) throw new UnknownTaskError(`No task ${task} of ${agent} was submitted through this gateway`)
       if (owner.peer !== peer) throw new UnauthorizedError('Only the peer that submitted a task through this gateway may follow, read, cancel or approve it')
       this.gateway.admit(agent, owner.skill, { peer, ...(owner.domain != null ? { domain: owner.domain } : {}) })
@@ -327,7 +320,7 @@ class DefaultTaskGateway implements TaskGateway {
           return await fn(peer)
         } catch (err: any) {
           last = err
-          if (signal.aborted || !NOT_REACHED.has(err?.code)) throw err
+          if (signal.aborted || !mayTryAnotherPeer(err, { once: true })) throw err
         }
       }
     }
@@ -396,7 +389,7 @@ class DefaultTaskGateway implements TaskGateway {
     try {
       this.refuse(() => {
         this.gateway.admit(to, skill, owner)
-        const known = this.owners.get(key)
+        const known = this.owners.peek(key)
         if (known != null && known.peer !== peer) throw new UnauthorizedError(`Task ${task} of ${to} was submitted through this gateway by another peer`)
       })
     } catch (err) {
@@ -419,7 +412,7 @@ class DefaultTaskGateway implements TaskGateway {
       })
     } finally {
       // refused by the executor (or never reached): the id is not ours
-      if (reserved && !accepted && this.owners.get(key) === owner) this.owners.delete(key)
+      if (reserved && !accepted && this.owners.peek(key) === owner) this.owners.delete(key)
     }
   }
 

@@ -3,12 +3,12 @@
  * event stream, resubscribe when it fails, and report a lapse after 3 lease
  * intervals without news from the executor.
  */
-import { StreamClosedError } from '@ioa/transport'
+import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import delay from 'delay'
 import { CollabError, fromRemote } from '../errors.js'
 import { finishedOutcome, unansweredOutcome } from './feedback.js'
 import { isTerminal } from './model.js'
-import { MAX_LEASE, MIN_LEASE, TRANSIENT, eventState, eventTaskId, parseEvent } from './wire.js'
+import { MAX_LEASE, MIN_LEASE, eventState, eventTaskId, parseEvent } from './wire.js'
 import type { TaskEvent } from './api.js'
 import type { TaskState } from './model.js'
 import type { Did, Outcome } from '@ioa/interconnect'
@@ -125,7 +125,7 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
     }
     if (outer?.aborted === true) throw outer.reason
     const err = fromRemote(failure) as { code?: string } | undefined
-    if (!lapsed && !TRANSIENT.has(err?.code ?? '') && !(failure instanceof StreamClosedError)) {
+    if (!lapsed && !isRepeatable(err) && !(failure instanceof StreamClosedError)) {
       host.observe(to, taskId, unansweredOutcome(err?.code))
       throw err
     }

@@ -5,7 +5,8 @@
  * executor that holds a task (spec/collab-tasks.md).
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
-import { StreamClosedError } from '@ioa/transport'
+import { StreamClosedError, isRepeatable } from '@ioa/transport'
+import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope } from '../auth/envelope.js'
 import {
@@ -14,7 +15,7 @@ import {
 import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
-import { MAX_LEASE, TASK_PROTOCOL, TRANSIENT, isMap, parseBody, roundTrip } from './wire.js'
+import { MAX_LEASE, TASK_PROTOCOL, isMap, parseBody, roundTrip } from './wire.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
@@ -42,9 +43,9 @@ export class TaskRequester implements LeaseWatchHost {
   readonly lease: number
   readonly requestTimeout: number
   private readonly limits: TaskLimits
-  private readonly maxRoutes: number
   readonly log: Logger
-  private readonly routes = new Map<string, string>()
+  /** Task (agent, id) → the executor peer that answered, least recently stored first (reads `peek`: they do not refresh) */
+  private readonly routes: BoundedMap<string, string>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
@@ -55,8 +56,9 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
-    if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
+    const maxRoutes = init.maxRoutes ?? MAX_ROUTES
+    if (!Number.isSafeInteger(maxRoutes) || maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
+    this.routes = new BoundedMap({ maxEntries: maxRoutes })
   }
 
 
@@ -73,15 +75,13 @@ export class TaskRequester implements LeaseWatchHost {
 
   remember (to: Did, taskId: string, peer: string): void {
     const key = taskKey(to, taskId)
-    this.routes.delete(key)
     this.routes.set(key, peer)
-    while (this.routes.size > this.maxRoutes) this.routes.delete(this.routes.keys().next().value as string)
   }
 
   /** Peers to try for an agent: 'local' when it is served here */
   async peersOf (to: Did, taskId: string | undefined, signal?: AbortSignal, fresh = false): Promise<string[]> {
     if (this.isLocal(to)) return ['local']
-    const known = taskId != null && !fresh ? this.routes.get(taskKey(to, taskId)) : undefined
+    const known = taskId != null && !fresh ? this.routes.peek(taskKey(to, taskId)) : undefined
     if (known != null) return [known]
     const route = await this.components.interconnect.resolve(to, { signal, ...(fresh ? { cache: false } : {}) })
     return route.peers
@@ -134,7 +134,7 @@ export class TaskRequester implements LeaseWatchHost {
           return out
         } catch (err: any) {
           last = fromRemote(err)
-          if (!TRANSIENT.has(err?.code)) throw last
+          if (!isRepeatable(err)) throw last
         }
       }
     }

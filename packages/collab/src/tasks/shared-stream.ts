@@ -4,7 +4,8 @@
  * (spec/collab-tasks.md section 8) instead of one stream each, which the
  * executor's per-task stream limit would refuse past `maxSubscribers`.
  */
-import { AsyncQueue } from '@ioa/transport'
+import { pushable } from 'it-pushable'
+import type { Pushable } from 'it-pushable'
 
 type Item<E> = { value: E } | { error: unknown }
 
@@ -12,7 +13,7 @@ type Item<E> = { value: E } | { error: unknown }
 const MAX_BACKLOG = 64
 
 interface Reader<E> {
-  queue: AsyncQueue<Item<E>>
+  queue: Pushable<Item<E>>
   /** items pushed and not yet read */
   backlog: number
   /** events were skipped: deliver the newest snapshot once the backlog is read */
@@ -45,7 +46,7 @@ export class SharedStream<E> {
     for (const r of this.readers) {
       if (r.lagging && this.latest != null) r.queue.push({ value: this.latest })
       if (final != null) r.queue.push(final)
-      r.queue.close()
+      r.queue.end()
     }
   }
 
@@ -78,11 +79,11 @@ export class SharedStream<E> {
   /** Read the stream (from its newest snapshot on); `signal` ends this reader only */
   async * join (signal?: AbortSignal): AsyncGenerator<E, void, undefined> {
     signal?.throwIfAborted()
-    const queue = new AsyncQueue<Item<E>>()
+    const queue = pushable<Item<E>>({ objectMode: true })
     const reader: Reader<E> = { queue, backlog: 0, lagging: false }
     if (this.latest != null) this.deliver(reader, this.latest)
     this.readers.add(reader)
-    const onAbort = (): void => { queue.push({ error: signal?.reason }); queue.close() }
+    const onAbort = (): void => { queue.push({ error: signal?.reason }); queue.end() }
     signal?.addEventListener('abort', onAbort, { once: true })
     if (!this.started) this.pump()
     try {

@@ -24,8 +24,6 @@ export const MAX_KEY_LENGTH = 128
 /** Bounds of a lease interval (ms) accepted from an executor */
 export const MIN_LEASE = 50
 export const MAX_LEASE = 60_000
-/** Transport error codes after which a requester retries or resubscribes */
-export const TRANSIENT = new Set(['STREAM_CLOSED', 'DIAL_FAILED', 'NOT_STARTED', 'PROTOCOL_NOT_SUPPORTED', 'TIMEOUT'])
 
 export { isMap }
 

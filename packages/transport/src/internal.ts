@@ -1,0 +1,16 @@
+/**
+ * @packageDocumentation
+ *
+ * `@ioa/transport/internal`: helpers the layers of the stack share, which
+ * are not part of the transport's public API (no promise of stability to
+ * users; see docs/architecture.md, "Layers and packages").
+ *
+ * - {@link TokenBuckets}: per-key token buckets for rate limits over many
+ *   keys (peers, addresses), with a bound on the keys tracked.
+ * - {@link BoundedMap}: a map bounded in entries and total weight, least
+ *   recently used first out, counting its evictions (the caches of the
+ *   interconnect).
+ */
+export { TokenBuckets } from './rate-limit.js'
+export { BoundedMap } from './bounded-map.js'
+export type { BoundedMapInit } from './bounded-map.js'

@@ -20,8 +20,9 @@ import { checkBody, checkSubmit, parseEvent, parseTaskRef } from '../src/tasks/w
 import type { Capability, TokenPayload } from '../src/auth/delegation.js'
 import type { TaskEvent, TaskService } from '../src/tasks/service.js'
 import type { TaskSnapshot } from '../src/tasks/model.js'
-import { startTaskPair } from './task-pair.js'
-import type { Identity, Interconnect } from '@ioa/interconnect'
+import { resolvable, startTaskPair } from './task-pair.js'
+import type { TaskPair } from './task-pair.js'
+import type { HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 
 interface Vectors {
@@ -59,11 +60,21 @@ function revivePayload (p: Record<string, unknown>): unknown {
   return { ...p, proofs: (p.proofs as any[]).map(t => ({ payload: t.payload as TokenPayload, sig: bytes(t.sig) })) }
 }
 
-/** Split a prefixed frame into its body (the length prefix is one or more varint bytes) */
+/** The length prefix of a frame (unsigned varint): the body's length and where the body starts; undefined while incomplete */
+function prefixOf (bytes: Uint8Array): { length: number, offset: number } | undefined {
+  let length = 0
+  for (let i = 0; i < Math.min(bytes.byteLength, 9); i++) {
+    length += (bytes[i] & 0x7f) * 2 ** (7 * i)
+    if ((bytes[i] & 0x80) === 0) return { length, offset: i + 1 }
+  }
+  return undefined
+}
+
+/** Split a prefixed frame into its body, checking the length prefix */
 function frameBody (bytes: Uint8Array): Uint8Array {
-  let i = 0
-  while ((bytes[i] & 0x80) !== 0) i++
-  return bytes.subarray(i + 1)
+  const prefix = prefixOf(bytes)
+  expect(bytes.byteLength - (prefix?.offset ?? 0)).toBe(prefix?.length)
+  return bytes.subarray(prefix?.offset)
 }
 
 describe('spec/collab-tasks.md test vectors', () => {
@@ -203,9 +214,13 @@ describe('the vector exchange between two nodes over TCP', () => {
   let user: Identity
   let car: Identity
   let hotelDid: string
+  let sender: HostedAgent
+  let tsR: TaskService
+  const streamRequests: Array<{ method: string, timeout?: number }> = []
+  let pair: TaskPair
 
   beforeAll(async () => {
-    const pair = await startTaskPair(closers)
+    pair = await startTaskPair(closers)
     executor = pair.executor
     requester = pair.requester
     const ic: Interconnect = pair.icE
@@ -220,6 +235,23 @@ describe('the vector exchange between two nodes over TCP', () => {
     }, { policy: approvalPolicy(c => (c.input as { amount: number }).amount > 200, 'amount above 200 needs the principal') })
     user = await createIdentity()
     car = await createIdentity()
+    // the requester's side: a hosted sender and its task service
+    sender = await pair.icR.host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.car.assistant' }] })
+    tsR = createTaskService(pair.icR, {})
+    closers.push(async () => tsR.stop())
+    // every STREAM_REQUEST the executor receives, read beside its handler
+    executor.use(TASK_PROTOCOL, (stream, connection, next) => {
+      let bytes = new Uint8Array(0)
+      stream.addEventListener('message', (e: any) => {
+        bytes = Buffer.concat([bytes, e.data instanceof Uint8Array ? e.data : e.data.subarray()])
+        for (let prefix = prefixOf(bytes); prefix != null && bytes.byteLength >= prefix.offset + prefix.length; prefix = prefixOf(bytes)) {
+          const frame = decodeFrame(bytes.subarray(prefix.offset, prefix.offset + prefix.length)) as any
+          if (frame.type === FrameType.STREAM_REQUEST) streamRequests.push({ method: frame.method, timeout: frame.timeout })
+          bytes = bytes.subarray(prefix.offset + prefix.length)
+        }
+      })
+      next(stream, connection)
+    })
   }, 60_000)
 
   afterAll(async () => {
@@ -277,6 +309,20 @@ describe('the vector exchange between two nodes over TCP', () => {
     const stream = requester.services.messaging.stream(executor.peerId, TASK_PROTOCOL, 'submit', { envelope: dagCbor.encode(envelope), body })
     const err = await rejectionOf(collect(stream))
     expect(err.code).toBe('INVALID_ENVELOPE')
+  }, 60_000)
+
+  it('the reference requester opens a task stream with d = 360,000, above the watchdog of the longest lease (7.1)', async () => {
+    await resolvable(pair.icR, hotelDid as any)
+    const token = await delegate(user, { audience: sender.did, capabilities: [{ skill: 'travel.*' }], expiresAt: Date.now() + 3_600_000 })
+    streamRequests.length = 0
+    const done = await tsR.submitAndWait(sender.identity, hotelDid as any, { skill: 'travel.hotel.book', input: { ...v.body.value.input as object, amount: 100 }, proofs: [token] })
+    expect(done.state).toBe('completed')
+    const submits = streamRequests.filter(r => r.method === 'submit')
+    expect(submits.length).toBeGreaterThan(0)
+    for (const r of submits) {
+      expect(r.timeout).toBe(360_000)
+      expect(r.timeout).toBeGreaterThanOrEqual(3 * 60_000)
+    }
   }, 60_000)
 
   it('an envelope for an agent not on the peer is refused with NO_PROVIDER (check 2 of 2.4)', async () => {

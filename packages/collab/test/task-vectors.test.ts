@@ -34,6 +34,7 @@ interface Vectors {
   verify: { at: number, root: string, capability: Capability, bodyCid: string }
   refusals: Array<{ name: string, error: string, body?: Record<string, unknown>, envelope?: string, bodyCid58?: string }>
   events: Array<{ name: string, event: TaskEvent, frame: string }>
+  control: { request: string, get: string, resubscribe: string, refused: { code: string, message: string, frame: string } }
   approval: {
     issuer: string
     payload: { v: 1, iss: string, task: string, action: string, exp: number }
@@ -180,6 +181,16 @@ describe('spec/collab-tasks.md test vectors', () => {
     expect(states).toEqual(['submitted', 'auth-required', 'working', 'working', 'completed'])
     const auth = v.events.find(e => e.event.type === 'status' && e.event.task.state === 'auth-required')?.event as any
     expect(auth.task.auth).toEqual({ root: ids.user.did, action: v.body.cid, reason: auth.task.auth.reason })
+  })
+
+  it('control: the { agent, task } request, its get and resubscribe frames, and the ERROR frame of a refused submit', () => {
+    const ref = dagCbor.decode(fromHex(v.control.request))
+    expect(parseTaskRef(ref)).toEqual({ agent: ids.hotel.did, task: 'task-0001' })
+    expect(toHex(encodeFramePrefixed({ type: FrameType.REQUEST, id: 3, method: 'get', payload: ref, timeout: 10_000 }))).toBe(v.control.get)
+    expect(toHex(encodeFramePrefixed({ type: FrameType.STREAM_REQUEST, id: 4, method: 'resubscribe', payload: ref, timeout: 360_000, credit: 16 }))).toBe(v.control.resubscribe)
+    const refused = decodeFrame(frameBody(fromHex(v.control.refused.frame))) as any
+    expect(refused).toEqual({ type: FrameType.ERROR, id: 1, code: v.control.refused.code, message: v.control.refused.message })
+    expect(toHex(encodeFramePrefixed(refused))).toBe(v.control.refused.frame)
   })
 
   it('approval: re-created from its fields, it has the vector bytes, verifies, and the request frame carries it', async () => {
@@ -332,5 +343,6 @@ describe('the vector exchange between two nodes over TCP', () => {
     const envelope = await createEnvelope(car, { to: other.did, skill: 'travel.hotel.book', task: 'tcp-0003', body, proofs: [token] })
     const err = await rejectionOf(collect(requester.services.messaging.stream(executor.peerId, TASK_PROTOCOL, 'submit', { envelope, body })))
     expect(err.code).toBe('NO_PROVIDER')
+    expect(err.code).toBe(v.control.refused.code)
   }, 60_000)
 })

@@ -2,6 +2,7 @@
  * From a node's config file to the options of `createIoaNode`.
  */
 import { constraintPolicy } from '@ioa/collab'
+import { withApprovalRules } from './approvals.js'
 import { parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
 import type { NodeConfig, TasksConfig } from './config.js'
@@ -18,7 +19,7 @@ import type { TaskLimits, TaskServiceInit } from '@ioa/collab'
 export function initFromConfig (config: NodeConfig | unknown, options: DomainKeyOptions = {}): IoaNodeInit {
   const c = parseConfig(config)
   const domainKey = domainKeySource(c, options)
-  return {
+  const init: IoaNodeInit = {
     listen: c.listen,
     bootstrap: c.bootstrap,
     dataDir: c.dataDir,
@@ -75,6 +76,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
         }
       : {})
   }
+  return withApprovalRules(init, c.tasks?.approvals)
 }
 
 /** The fair-share limits a config sets (unset ones keep the service's defaults) */

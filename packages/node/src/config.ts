@@ -42,6 +42,20 @@ const AgentConfig = z.object({
   options: z.record(z.string(), z.unknown()).optional()
 }).strict().refine(a => a.module == null || a.command == null, { message: 'an agent has a module or a command, not both', path: ['command'] })
 
+/**
+ * Tasks of `skill` (a skill pattern as in tokens: a capability name, `name.*`
+ * or `*`; checked when the node is built) wait for their root principal's
+ * approval: always, or when an input field is above its bound (a field that
+ * is missing or not a number asks too)
+ */
+const ApprovalRule = z.object({
+  skill: z.string().min(1).max(130),
+  /** e.g. `{ "amount": 200 }` @default always ask */
+  above: z.record(z.string().min(1).max(64), z.number()).refine(m => Object.keys(m).length <= 16, 'at most 16 fields').optional(),
+  /** Shown to the approver (`task.auth.reason`) @default 'Approval by the principal required' */
+  reason: z.string().min(1).max(512).optional()
+}).strict()
+
 const PeerIdString = z.string().regex(/^[1-9A-HJ-NP-Za-km-z]{46,60}$/, 'a libp2p peer id')
 const DidString = z.string().regex(/^did:key:z[1-9A-HJ-NP-Za-km-z]+$/, 'a did:key identifier')
 const Multiaddr = z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')
@@ -53,6 +67,8 @@ const TasksConfig = z.object({
   roots: z.array(DidString).max(256).optional(),
   /** Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs @default false */
   enforceConstraints: z.boolean().optional(),
+  /** Tasks that wait for their root principal's approval (spec/collab-tasks.md 4.2) @default [] (none) */
+  approvals: z.array(ApprovalRule).max(64).optional(),
   /** Longest delegation chain @default 8 */
   maxDepth: z.number().int().min(1).max(32).optional(),
   /** Clock skew tolerated on token and envelope times, ms @default 30_000 */
@@ -180,6 +196,7 @@ export type NodeConfig = z.output<typeof NodeConfigSchema>
 export type AgentConfig = z.output<typeof AgentConfig>
 export type GatewayConfig = z.output<typeof GatewayConfig>
 export type TasksConfig = z.output<typeof TasksConfig>
+export type ApprovalRuleConfig = z.output<typeof ApprovalRule>
 
 /**
  * Validate a configuration object. Throws `ConfigError` naming the first bad

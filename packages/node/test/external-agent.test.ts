@@ -278,6 +278,20 @@ describe('external agents over ioa-agent/1', () => {
     expect(a.interconnect.agents().map(x => x.did)).not.toContain(stubborn.agent.did)
   }, 60_000)
 
+  it('merges a configured skill with the program\'s: the config overrides field by field, the hello\'s tags and schemas stay (discovered over TCP)', async () => {
+    const { ext } = await startEcho({
+      card: { key: `merged-${++keys}`, name: 'Echo', skills: [{ id: 'text.upper', description: 'Configured: upper-case a text' }, { id: 'text.slow', tags: ['configured'] }] }
+    })
+    expect(ext.skills).toEqual(['text.upper', 'text.slow'])
+    const found = await b.discover({ capability: 'text.upper' }, { cache: false, timeout: 5_000 })
+    const card = found.find(d => d.card.id === ext.agent.did)?.card
+    expect(card?.skills).toEqual([
+      // the hello's tags and input schema, the configured description
+      { id: 'text.upper', description: 'Configured: upper-case a text', tags: ['text'], inputSchema: { type: 'object', required: ['text'] } },
+      { id: 'text.slow', tags: ['configured'] }
+    ])
+  }, 60_000)
+
   it('fails a bad start with a typed error and kills the program', async () => {
     const start = async (mode: string, init: Partial<ExternalAgentInit> = {}): Promise<ExternalAgent> =>
       startExternalAgent(a, { command: [process.execPath, BROKEN, mode], card: { key: 'broken', name: 'Broken', skills: [] }, startTimeout: 2_000, ...init })

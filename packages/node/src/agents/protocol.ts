@@ -93,16 +93,30 @@ export function parseHello (msg: Record<string, unknown>): Hello {
   return hello
 }
 
-/** The skills to serve: the configured ones (each named in the hello, when it names any), else the hello's */
+/**
+ * The skills to serve: the configured ones (each named in the hello, when it
+ * names any), else the hello's. A configured skill that the hello names too
+ * is the hello's skill with the configured fields laid over it, field by
+ * field: the program's tags, schemas and examples stay unless the
+ * configuration sets them.
+ */
 export function skillsOf (configured: SkillInit[], hello: Hello): SkillInit[] {
   if (configured.length === 0) {
     if (hello.skills == null || hello.skills.length === 0) throw new SkillMismatchError('Neither the card nor the hello names a skill')
     return hello.skills
   }
-  if (hello.skills != null) {
-    const offered = new Set(hello.skills.map(s => s.id))
-    const missing = configured.filter(s => !offered.has(s.id)).map(s => s.id)
-    if (missing.length > 0) throw new SkillMismatchError(`The program does not serve the configured skill${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`)
+  if (hello.skills == null) return configured
+  const offered = new Map(hello.skills.map(s => [s.id, s]))
+  const missing = configured.filter(s => !offered.has(s.id)).map(s => s.id)
+  if (missing.length > 0) throw new SkillMismatchError(`The program does not serve the configured skill${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`)
+  return configured.map(s => overlay(offered.get(s.id), s))
+}
+
+/** `base` with every field `over` sets (not `undefined`) replaced by `over`'s */
+function overlay (base: SkillInit | undefined, over: SkillInit): SkillInit {
+  const out: Record<string, unknown> = { ...base }
+  for (const [key, value] of Object.entries(over)) {
+    if (value !== undefined) out[key] = value
   }
-  return configured
+  return out as unknown as SkillInit
 }

@@ -397,7 +397,7 @@ export function checkToken (value: unknown): CheckedToken {
  * Validate a token received as a structure (for example inside a request
  * envelope) and return a clean copy. Throws `InvalidTokenError` (or
  * `InvalidSignatureError` for a signature that is not 64 bytes). Does not
- * verify the signature: {@link verifyChain} does.
+ * verify the signature: `verifyChain` does.
  */
 export function parseToken (value: unknown): Token {
   return checkToken(value).token

@@ -21,6 +21,8 @@ export {
   delegate, tokenCid, verifyChain, capabilityFor, capabilityCovers, skillCovers, isSkillPattern
 } from './auth/delegation.js'
 export type { Capability, TokenPayload, Token, DelegateInit, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
+export { VerificationCache } from './auth/verification-cache.js'
+export type { VerificationCacheInit, VerificationCacheStats } from './auth/verification-cache.js'
 export {
   createRevocation, verifyRevocation, revocationCid, revocationAuthorities, RevocationStore, createRevocationService
 } from './auth/revocation.js'

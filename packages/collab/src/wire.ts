@@ -20,6 +20,7 @@ export {
   REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOLS, ANNOUNCE_METHOD, REVOCATION_SIG_PREFIX, REVOCATION_LIMITS
 } from './auth/revocation.js'
 export type { RevocationPayload } from './auth/revocation.js'
+export { defaultVerificationCache } from './auth/verification-cache.js'
 export {
   createEnvelope, verifyEnvelope, parseEnvelope, envelopeSigningBytes, bodyCid, randomNonce, ReplayCache,
   ENVELOPE_PREFIX, ENVELOPE_LIMITS, TASK_ID_PATTERN, DEFAULT_ENVELOPE_TTL

@@ -22,6 +22,7 @@
 import { CanceledError } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { capabilityFor, verifyChain } from '../auth/delegation.js'
+import { verificationCacheOf } from '../auth/verification-cache.js'
 import {
   CollabError, DeadlineExceededError, InvalidPlanError, PlannerFailedError, StepFailedError, UnauthorizedError
 } from '../errors.js'
@@ -39,6 +40,7 @@ import type {
 import type { AttemptRecord, RunRecord, RunState, StepRecord } from './journal.js'
 import type { OrchestrationContext, Run } from './run.js'
 import type { Token, VerifiedChain } from '../auth/delegation.js'
+import type { VerificationCache } from '../auth/verification-cache.js'
 import type { Goal, Plan, PlanStep, Planner } from '../planning/plan.js'
 import type { ServeOptions, SkillContext, TaskService } from '../tasks/service.js'
 import type { TaskState } from '../tasks/model.js'
@@ -69,6 +71,7 @@ class DefaultOrchestrator implements Orchestrator {
   private readonly attenuate?: OrchestratorInit['attenuate']
   private readonly goalCapabilities?: OrchestratorInit['goalCapabilities']
   private readonly isRevoked?: OrchestratorInit['isRevoked']
+  private readonly verification: VerificationCache
   private readonly active = new Map<string, Run>()
   /** subtasks in flight per provider (load spreading) */
   private readonly inflight = new Map<Did, number>()
@@ -108,6 +111,7 @@ class DefaultOrchestrator implements Orchestrator {
     this.attenuate = init.attenuate
     this.goalCapabilities = init.goalCapabilities
     this.isRevoked = init.isRevoked
+    this.verification = verificationCacheOf(init.verificationCache)
     this.log = this.ic.node.logger.forComponent('ioa:collab:orchestrator')
     const ctx: OrchestrationContext = {
       agent: this.agent,
@@ -215,7 +219,10 @@ class DefaultOrchestrator implements Orchestrator {
 
   private async verifyProofs (proofs: Token[], plan: Plan): Promise<VerifiedChain | undefined> {
     if (proofs.length === 0) return undefined
-    const chain = await verifyChain(proofs[0], proofs.slice(1), this.isRevoked != null ? { isRevoked: this.isRevoked } : {})
+    const chain = await verifyChain(proofs[0], proofs.slice(1), {
+      ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
+      verificationCache: this.verification
+    })
     if (chain.audience !== this.agent.did) {
       throw new UnauthorizedError(`The proofs grant authority to ${chain.audience}, not to the orchestrating agent ${this.agent.did}`)
     }
@@ -250,6 +257,7 @@ class DefaultOrchestrator implements Orchestrator {
       if (this.planner == null) throw new PlannerFailedError('This orchestrator has no planner: give it a plan')
       const planned = await this.planner.plan(goal, {
         discover: async (q) => this.ic.discoverAll(q, { timeout: this.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),
+        logger: this.ic.node.logger,
         ...(options.signal != null ? { signal: options.signal } : {})
       })
       plan = validatePlan(planned)

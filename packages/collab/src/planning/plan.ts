@@ -13,6 +13,7 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { assertCapability } from '@ioa/interconnect'
 import type { DiscoveredAgent, DiscoveryQuery } from '@ioa/interconnect'
+import type { ComponentLogger } from '@libp2p/interface'
 import { z } from 'zod'
 import { InvalidPlanError } from '../errors.js'
 
@@ -78,6 +79,8 @@ export interface Plan {
 export interface PlannerContext {
   /** Find agents (usually `Interconnect.discoverAll`) */
   discover?: (query: DiscoveryQuery) => Promise<DiscoveredAgent[]>
+  /** Where the planner logs this call (`ioa:collab:planner:<name>`) @default the planner's own logger */
+  logger?: ComponentLogger
   signal?: AbortSignal
 }
 

@@ -8,11 +8,13 @@
  * Kept rather than taken from a library: `@libp2p/utils` has no LRU and is
  * not a dependency of this package; `hashlru` holds up to twice its size.
  */
+import { positiveInteger } from './options.js'
+
 export class BoundedMemo<K, V> {
   private readonly map = new Map<K, V>()
 
   constructor (readonly max: number) {
-    if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`max must be a positive integer, not ${max}`)
+    positiveInteger('max', max)
   }
 
   get size (): number {
@@ -33,11 +35,4 @@ export class BoundedMemo<K, V> {
     }
     this.map.set(key, value)
   }
-}
-
-/** A count option: `value`, or `fallback` when not given; a positive safe integer or a RangeError naming `name` */
-export function boundedCount (value: number | undefined, fallback: number, name: string): number {
-  const n = value ?? fallback
-  if (!Number.isSafeInteger(n) || n < 1) throw new RangeError(`${name} must be a positive integer, not ${String(value)}`)
-  return n
 }

@@ -15,6 +15,7 @@ import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { InvalidSignatureError, InvalidTokenError } from '../errors.js'
+import { definedKeys, isPlainMap, onlyKeys as strictKeys } from '../shape.js'
 import { signWith } from './ed25519.js'
 import { defaultVerificationCache } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
@@ -165,22 +166,11 @@ export function isEd25519Did (value: unknown): value is Did {
 
 const NONCE = /^[A-Za-z0-9_-]+$/
 
-function isPlainMap (value: unknown): value is Record<string, unknown> {
-  if (value == null || typeof value !== 'object' || Array.isArray(value)) return false
-  const proto = Object.getPrototypeOf(value)
-  return proto === Object.prototype || proto === null
-}
+const invalidToken = (message: string): Error => new InvalidTokenError(message)
 
-/** Own keys whose value is not `undefined` (DAG-CBOR has no undefined) */
-function definedKeys (map: Record<string, unknown>): string[] {
-  return Object.keys(map).filter(k => map[k] !== undefined)
-}
-
+/** Unknown fields of a token, its payload or a capability are INVALID_TOKEN */
 function onlyKeys (map: Record<string, unknown>, allowed: readonly string[], what: string): void {
-  const extra = definedKeys(map).filter(k => !allowed.includes(k))
-  if (extra.length > 0) {
-    throw new InvalidTokenError(`Unknown fields in ${what}: ${extra.slice(0, 5).join(', ')}`)
-  }
+  strictKeys(map, allowed, what, invalidToken)
 }
 
 function isTime (value: unknown): value is number {

@@ -16,7 +16,8 @@
  */
 import { didToPublicKey } from '@ioa/interconnect'
 import { CID } from 'multiformats/cid'
-import { BoundedMemo, boundedCount } from '../bounded-memo.js'
+import { BoundedMemo } from '../bounded-memo.js'
+import { positiveInteger } from '../options.js'
 import { verifyEd25519 } from './ed25519.js'
 import type { Ed25519Key } from './ed25519.js'
 import type { Did } from '@ioa/interconnect'
@@ -50,9 +51,9 @@ export class VerificationCache {
   private readonly cids: BoundedMemo<string, true>
 
   constructor (init: VerificationCacheInit = {}) {
-    this.keys = new BoundedMemo(boundedCount(init.maxKeys, DEFAULT_MAX, 'maxKeys'))
-    this.signatures = new BoundedMemo(boundedCount(init.maxSignatures, DEFAULT_MAX, 'maxSignatures'))
-    this.cids = new BoundedMemo(boundedCount(init.maxCids, DEFAULT_MAX, 'maxCids'))
+    this.keys = new BoundedMemo(positiveInteger('maxKeys', init.maxKeys ?? DEFAULT_MAX))
+    this.signatures = new BoundedMemo(positiveInteger('maxSignatures', init.maxSignatures ?? DEFAULT_MAX))
+    this.cids = new BoundedMemo(positiveInteger('maxCids', init.maxCids ?? DEFAULT_MAX))
   }
 
   /** The parsed Ed25519 key a DID names, or undefined when it is not a valid Ed25519 did:key */

@@ -15,6 +15,7 @@ import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, TRANSIENT, isMap, parseBody, roundTrip } from './wire.js'
+import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
@@ -55,8 +56,7 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    this.maxRoutes = init.maxRoutes ?? MAX_ROUTES
-    if (!Number.isSafeInteger(this.maxRoutes) || this.maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
+    this.maxRoutes = positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES)
   }
 
 

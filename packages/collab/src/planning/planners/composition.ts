@@ -13,6 +13,7 @@ import type { Skill } from '@ioa/interconnect'
 import { PlannerFailedError } from '../../errors.js'
 import { validatePlan } from '../plan.js'
 import { discoverSkills, loggedPlan, newPlanId, plannerLogger } from './shared.js'
+import { numberOption } from '../../options.js'
 import type { Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
 import type { ComponentLogger, Logger } from '@libp2p/interface'
 import type { SkillInfo } from './shared.js'
@@ -121,12 +122,9 @@ class CompositionPlanner implements Planner {
   private readonly maxStates: number
 
   constructor (private readonly init: CompositionPlannerInit = {}) {
-    this.maxDepth = init.maxDepth ?? 5
+    this.maxDepth = numberOption('maxDepth', init.maxDepth ?? 5, { max: 256, integer: true })
     this.maxStates = init.maxStates ?? 10_000
     this.log = plannerLogger('composition', init.logger)
-    if (!Number.isInteger(this.maxDepth) || this.maxDepth < 1 || this.maxDepth > 256) {
-      throw new RangeError('maxDepth must be an integer in 1..256')
-    }
   }
 
   private async skills (ctx: PlannerContext): Promise<SkillInfo[]> {

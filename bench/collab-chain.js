@@ -4,9 +4,8 @@
  * signature verification measured in the same run (the baseline: each link
  * costs at least one signature check).
  *
- * It imports the built module `../packages/collab/dist/src/auth/delegation.js`
- * directly, because `@ioa/collab`'s `index.ts` does not export the delegation
- * API yet; switch the import to '@ioa/collab' once it does.
+ * The signing bytes and the token codec come from the `@ioa/collab/wire`
+ * subpath (what layers and wire implementers need).
  *
  *   npx tsc -b && node --import ./scripts/polyfill.js bench/collab-chain.js [--quick]
  *
@@ -16,7 +15,8 @@
  */
 import { pathToFileURL } from 'node:url'
 import { createIdentity } from '@ioa/interconnect'
-import { delegate, encodeToken, tokenSigningBytes, verifyChain } from '../packages/collab/dist/src/auth/delegation.js'
+import { delegate, verifyChain } from '@ioa/collab'
+import { encodeToken, tokenSigningBytes } from '@ioa/collab/wire'
 
 const PROFILES = {
   default: { warmup: 200, chainRuns: 2000, verifyRuns: 20_000, rounds: 4 },

@@ -20,7 +20,8 @@
  */
 import { pathToFileURL } from 'node:url'
 import { createIdentity } from '@ioa/interconnect'
-import { ReplayCache, createEnvelope, delegate, verifyEnvelope } from '@ioa/collab'
+import { delegate } from '@ioa/collab'
+import { ReplayCache, createEnvelope, verifyEnvelope } from '@ioa/collab/wire'
 
 const PROFILES = {
   default: { envelopes: 4_000, held: 100_000, rounds: 3 },

@@ -24,7 +24,8 @@
 import { pathToFileURL } from 'node:url'
 import { createTransportNode } from '@ioa/transport'
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
-import { createOrchestrator, createTaskService, criticalPath, delegate } from '@ioa/collab'
+import { createOrchestrator, createTaskService, delegate } from '@ioa/collab'
+import { criticalPath } from '@ioa/collab/wire'
 import { benchChainVerify } from './collab-chain.js'
 import { benchReplayCache } from './collab-replay.js'
 

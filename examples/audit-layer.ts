@@ -11,7 +11,7 @@
  * const { entries } = await fetchAudit(auditorNode, node.transport.peerId, { limit: 20 })
  * ```
  */
-import { TASK_ID_PATTERN } from '@ioa/collab'
+import { TASK_ID_PATTERN } from '@ioa/collab/wire'
 import { isDid } from '@ioa/interconnect'
 import { CodedError, ErrorFamily, ERROR_CODE_PATTERN, InvalidArgumentError, withCode } from '@ioa/transport'
 import * as dagCbor from '@ipld/dag-cbor'

@@ -6,63 +6,51 @@
  * how a goal becomes a plan (planners), and how a plan is carried out by agents
  * found at run time (tasks and the orchestrator).
  *
- * Wire formats: `spec/collab.md`.
+ * Wire formats: `spec/collab.md`. What only the layers and the implementers of
+ * a compatible peer need (codecs, signing bytes, limits tables, protocol ids,
+ * the replay cache, the task state machine) is in `@ioa/collab/wire`.
  */
 
 export {
   CollabError, InvalidTokenError, TokenExpiredError, TokenNotYetValidError, EscalationError, PrincipalMismatchError,
   ChainTooDeepError, RevokedError, InvalidSignatureError, InvalidEnvelopeError, ReplayError, EnvelopeExpiredError,
   UnauthorizedError, PolicyDeniedError, ApprovalRequiredError, DeadlineExceededError, BudgetExceededError,
-  UnknownTaskError, InvalidPlanError, PlannerFailedError, NoProviderError, StepFailedError, fromRemote
+  UnknownTaskError, InvalidPlanError, PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError, fromRemote
 } from './errors.js'
 export {
-  delegate, encodeToken, decodeToken, parseToken, tokenCid, tokenSigningBytes, verifyChain, capabilityFor,
-  capabilityCovers, skillCovers, isSkillPattern, isTokenCid, newNonce,
-  TOKEN_VERSION, TOKEN_SIG_PREFIX, TOKEN_LIMITS, DEFAULT_MAX_DEPTH, DEFAULT_CLOCK_SKEW
+  delegate, tokenCid, verifyChain, capabilityFor, capabilityCovers, skillCovers, isSkillPattern
 } from './auth/delegation.js'
 export type { Capability, TokenPayload, Token, DelegateInit, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
+export { VerificationCache } from './auth/verification-cache.js'
+export type { VerificationCacheInit, VerificationCacheStats } from './auth/verification-cache.js'
 export {
-  createRevocation, verifyRevocation, parseRevocation, encodeRevocation, decodeRevocation, revocationCid,
-  revocationSigningBytes, revocationAuthorities, RevocationStore, createRevocationService,
-  REVOCATION_PROTOCOL, REVOCATION_PROTOCOL_1_0, REVOCATION_PROTOCOLS, ANNOUNCE_METHOD, REVOCATION_SIG_PREFIX, REVOCATION_LIMITS
+  createRevocation, verifyRevocation, revocationCid, revocationAuthorities, RevocationStore, createRevocationService
 } from './auth/revocation.js'
-export type { Revocation, RevocationPayload, RevocationStoreInit, RevocationService, RevocationServiceInit, PublishResult } from './auth/revocation.js'
-export {
-  validatePlan, topologicalOrder, resolveInput, criticalPath, subGoal, PlanSchema, PLAN_LIMITS, STEP_ID
-} from './planning/plan.js'
+export type {
+  Revocation, RevocationStoreInit, RevocationService, RevocationServiceInit, PublishResult, CreateRevocationOptions
+} from './auth/revocation.js'
+export type { RevocationLimits, RevocationLimitsInit } from './auth/revocation-limits.js'
+export { validatePlan } from './planning/plan.js'
 export type { Goal, Plan, PlanStep, Fanout, Planner, PlannerContext, InvalidPlanDetails } from './planning/plan.js'
 export { declarativePlanner, compositionPlanner, llmPlanner, DEFAULT_SYSTEM_PROMPT } from './planning/planners/index.js'
 export type {
   DeclarativePlannerInit, Template, TemplateStep, CompositionPlannerInit, LlmPlannerInit, CapabilityInfo
 } from './planning/planners/index.js'
+// the task service keeps the envelopes and the replay cache; their values are in `@ioa/collab/wire`
+export type { ReplayCache, ReplayCacheInit, ReplayCacheStats, ReplayOutcome } from './auth/envelope.js'
 export {
-  createEnvelope, verifyEnvelope, parseEnvelope, envelopeSigningBytes, bodyCid, randomNonce, ReplayCache,
-  ENVELOPE_PREFIX, ENVELOPE_LIMITS, TASK_ID_PATTERN, DEFAULT_ENVELOPE_TTL
-} from './auth/envelope.js'
-export type { Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, VerifyEnvelopeOptions, VerifiedEnvelope } from './auth/envelope.js'
-// bounds of the replay cache and the revocation store (issue 9, items 3a and 3b)
-export type { ReplayCacheStats, ReplayOutcome } from './auth/envelope.js'
-export { RevocationQuotaError } from './errors.js'
-export type { CreateRevocationOptions } from './auth/revocation.js'
-export type { RevocationLimits, RevocationLimitsInit } from './auth/revocation-limits.js'
-export {
-  allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, evaluatePolicy,
-  createApproval, verifyApproval, parseApproval, approvalSigningBytes, APPROVAL_PREFIX, DEFAULT_APPROVAL_TTL
+  allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, createApproval, verifyApproval
 } from './auth/policy.js'
-export type { Policy, PolicyContext, Decision, ConstraintPolicyInit, RateLimitInit, TimeWindowInit, Approval, ApprovalPayload, VerifyApprovalOptions } from './auth/policy.js'
-export {
-  TASK_STATES, TERMINAL_STATES, TRANSITIONS, DEFAULT_TASK_LIMITS, isTaskState, isTerminal, canTransition, transition,
-  TaskStore, InvalidTransitionError, TaskLimitError
-} from './tasks/model.js'
-export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits, TaskRecord } from './tasks/model.js'
-export { createTaskService, taskService, TASK_PROTOCOL, LeaseLapsedError, taskFailure } from './tasks/service.js'
+export type { Policy, PolicyContext, Decision, ConstraintPolicyInit, RateLimitInit, TimeWindowInit, Approval, VerifyApprovalOptions } from './auth/policy.js'
+export { isTerminal, InvalidTransitionError, TaskLimitError } from './tasks/model.js'
+export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits } from './tasks/model.js'
+export { createTaskService, taskService, LeaseLapsedError } from './tasks/service.js'
 export type { TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions } from './tasks/service.js'
 export type { TaskRetentionInit } from './tasks/retention.js'
 export { createTaskGateway, TaskProtocolInUseError } from './tasks/gateway.js'
 export type { TaskGateway, TaskGatewayInit, TaskGatewayStats, RelayEvent } from './tasks/gateway.js'
-export { createOrchestrator, subtaskId, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestration/orchestrator.js'
+export { createOrchestrator, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestration/orchestrator.js'
 export type {
   Orchestrator, OrchestratorInit, OrchestratorEvent, RunOptions, RunResult, RunSummary, StepOutcome, BackoffInit, AttenuateContext
 } from './orchestration/orchestrator.js'
-export { RunJournal, JOURNAL_PREFIX, RUN_ID } from './orchestration/journal.js'
-export type { RunRecord, StepRecord, AttemptRecord, AttemptState, RunState, StepState } from './orchestration/journal.js'
+export type { RunState, StepState, AttemptState } from './orchestration/journal.js'

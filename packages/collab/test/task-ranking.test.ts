@@ -7,27 +7,19 @@
  * orchestrator's custom ranker.
  */
 import { createIdentity, createInterconnect, historyScore } from '@ioa/interconnect'
-import { afterEach, describe, expect, it, vi } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
 import { hostAt } from '../../../test/signed-at.js'
+import { stopAfterEach } from '../../../test/stop-after-each.js'
 import { rejectionOf, until } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
 import { createOrchestrator } from '../src/orchestration/orchestrator.js'
 import { createTaskService } from '../src/tasks/service.js'
 import { finishedOutcome, unansweredOutcome } from '../src/tasks/feedback.js'
-import type { Network } from '../../../test/harness/index.js'
 import type { TaskService } from '../src/tasks/service.js'
 import type { Interconnect, RankInput } from '@ioa/interconnect'
 
-let net: Network | undefined
-const extra: Array<{ stop(): Promise<void> }> = []
-
-afterEach(async () => {
-  vi.restoreAllMocks()
-  for (const x of extra.splice(0).reverse()) await x.stop().catch(() => {})
-  await net?.stop()
-  net = undefined
-})
+const extra = stopAfterEach()
 
 const MINUTE = 60_000
 const SKILL = 'travel.hotel.booking'
@@ -40,7 +32,8 @@ async function never (_input: unknown, ctx: { signal: AbortSignal }): Promise<ne
 describe('task outcomes feed the ranking over TCP', () => {
   it('after tasks to A complete and tasks to B time out, A ranks above B although B\'s card is fresher', async () => {
     // 0: the requester; 1: host of agent A; 2: host of agent B
-    net = await startNetwork({ size: 3, transport: 'tcp', topology: 'full' })
+    const net = await startNetwork({ size: 3, transport: 'tcp', topology: 'full' })
+    extra.push(net)
     await net.waitForRoutingTables(1, { timeout: 20_000 })
     const ics: Interconnect[] = await Promise.all(net.nodes.map(async (n, i) => createInterconnect(n, { domain: 'test.example', requestTimeout: 5_000, ...(i > 0 ? { publish: false } : {}) })))
     extra.push(...ics)

@@ -4,29 +4,23 @@
  * the future, peers that answer with more cards than asked for, and floods
  * of the lookup and route caches (issue 9, items 6 and 7).
  */
-import { afterEach, describe, expect, it, vi } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
 import { hostAt } from '../../../test/signed-at.js'
+import { stopAfterEach } from '../../../test/stop-after-each.js'
 import { until } from '../../../test/util.js'
 import { capabilityCid, createGateway, createIdentity, createInterconnect, signCard, CARD_PROTOCOL } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { HostedAgent, Interconnect, InterconnectInit, SignedCard } from '../src/index.js'
 
-let net: Network | undefined
-const extra: Array<{ stop(): Promise<void> }> = []
-
-afterEach(async () => {
-  vi.restoreAllMocks()
-  for (const x of extra.splice(0).reverse()) await x.stop().catch(() => {})
-  await net?.stop()
-  net = undefined
-})
+const extra = stopAfterEach()
 
 const POLL = { timeout: 30_000, interval: 200 }
 const MINUTE = 60_000
 
 async function network (size: number, init: (i: number) => InterconnectInit = () => ({})): Promise<{ net: Network, ics: Interconnect[] }> {
-  net = await startNetwork({ size, transport: 'tcp', topology: 'full' })
+  const net = await startNetwork({ size, transport: 'tcp', topology: 'full' })
+  extra.push(net)
   await net.waitForRoutingTables(1, { timeout: 20_000 })
   const ics = await Promise.all(net.nodes.map(async (n, i) => createInterconnect(n, { domain: 'test.example', requestTimeout: 5_000, ...init(i) })))
   for (const ic of ics) extra.push(ic)

@@ -4,7 +4,8 @@
  * untrusted quota, a root's or a hosted agent's revocation is still accepted
  * (issue 9, item 3b).
  */
-import { ANNOUNCE_METHOD, REVOCATION_PROTOCOL, createRevocation, delegate, encodeRevocation, tokenCid } from '@ioa/collab'
+import { createRevocation, delegate, tokenCid } from '@ioa/collab'
+import { ANNOUNCE_METHOD, REVOCATION_PROTOCOL, encodeRevocation } from '@ioa/collab/wire'
 import { createIdentity } from '@ioa/interconnect'
 import { afterEach, describe, expect, it } from 'vitest'
 import { rejectionOf, until } from '../../../test/util.js'

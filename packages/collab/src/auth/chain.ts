@@ -1,7 +1,7 @@
 /**
  * Attenuation (which capability covers which) and the verification of a
- * delegation chain: signatures (each verified once per process, see the
- * cache below), principal alignment, attenuation, depth, time, revocation
+ * delegation chain: signatures (each verified once per verification cache,
+ * see verification-cache.ts), principal alignment, attenuation, depth, time, revocation
  * and the root principal (spec/collab-delegation.md)
  */
 import * as dagCbor from '@ipld/dag-cbor'
@@ -11,8 +11,9 @@ import {
   RevokedError, TokenExpiredError, TokenNotYetValidError
 } from '../errors.js'
 import {
-  DEFAULT_CLOCK_SKEW, DEFAULT_MAX_DEPTH, TOKEN_LIMITS, checkToken, cidOfBytes, verifySignature, withPrefix
+  DEFAULT_CLOCK_SKEW, DEFAULT_MAX_DEPTH, TOKEN_LIMITS, checkToken, cidOfBytes, withPrefix
 } from './delegation.js'
+import { defaultVerificationCache } from './verification-cache.js'
 import type { Capability, CheckedToken, Token, VerifiedChain, VerifyChainOptions } from './delegation.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -132,20 +133,6 @@ function chainSettings (options: VerifyChainOptions): { now: number, skew: numbe
   return { now, skew, maxDepth }
 }
 
-/**
- * Tokens whose signature verified, by CID (a CID is the hash of the token's
- * bytes, signature included: the same CID is the same signed token). Only
- * the signature check is skipped for them; every other check of a chain is
- * made on every verification.
- */
-const SIG_CACHE_MAX = 4096
-const verifiedSigs = new Set<string>()
-
-function rememberSignature (cid: string): void {
-  if (verifiedSigs.size >= SIG_CACHE_MAX) verifiedSigs.delete(verifiedSigs.values().next().value as string)
-  verifiedSigs.add(cid)
-}
-
 /** @internal `verifyChain` of tokens already validated by `checkToken` */
 export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked: CheckedToken[], options: VerifyChainOptions = {}): Promise<VerifiedChain> {
   const signal = options.signal
@@ -153,6 +140,11 @@ export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked
   const { now, skew, maxDepth } = chainSettings(options)
   const roots = options.roots != null ? new Set(options.roots) : undefined
   const isRevoked = options.isRevoked
+  // tokens whose signature verified, by CID (a CID is the hash of the token's
+  // bytes, signature included: the same CID is the same signed token); only
+  // the signature check is skipped for them, every other check is made on
+  // every verification
+  const cache = options.verificationCache ?? defaultVerificationCache
 
   if (poolChecked.length > TOKEN_LIMITS.maxPool) {
     throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
@@ -185,13 +177,13 @@ export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked
     active.add(cid)
 
     const p = token.payload
-    if (!verifiedSigs.has(cid)) {
+    if (!cache.hasSignature(cid)) {
       const body = bodies.get(token)
-      if (!await verifySignature(p.iss, withPrefix(body ?? dagCbor.encode(p)), token.sig)) {
+      if (!await cache.verifySignature(p.iss, withPrefix(body ?? dagCbor.encode(p)), token.sig)) {
         throw new InvalidSignatureError(`Signature of token ${short(cid)} does not verify for ${p.iss}`)
       }
       // only when the bytes verified are those the CID was computed from
-      if (body != null) rememberSignature(cid)
+      if (body != null) cache.rememberSignature(cid)
     }
     if (p.exp + skew < now) {
       throw new TokenExpiredError(`Token ${short(cid)} expired at ${new Date(p.exp).toISOString()}`)

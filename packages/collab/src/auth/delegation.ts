@@ -8,16 +8,18 @@
  * and chain verification are in chain.ts, re-exported here.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { didToPublicKey, domainSeparated, isCapability } from '@ioa/interconnect'
+import { domainSeparated, isCapability } from '@ioa/interconnect'
 import { randomBytes } from '@libp2p/crypto'
 import { base64url } from 'multiformats/bases/base64'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { InvalidSignatureError, InvalidTokenError } from '../errors.js'
-import { signWith, verifyEd25519 } from './ed25519.js'
+import { definedKeys, isPlainMap, onlyKeys as strictKeys } from '../shape.js'
+import { signWith } from './ed25519.js'
+import { defaultVerificationCache } from './verification-cache.js'
+import type { VerificationCache } from './verification-cache.js'
 import type { Did, Identity } from '@ioa/interconnect'
-import type { PublicKey } from '@libp2p/interface'
 
 /** Token format version (`v`) */
 export const TOKEN_VERSION = 1
@@ -56,7 +58,6 @@ export const DEFAULT_CLOCK_SKEW = 30_000
 
 /** Multicodec of DAG-CBOR: the codec of a token CID */
 const DAG_CBOR = 0x71
-const SHA2_256 = 0x12
 
 /**
  * What a token grants. `skill` is a capability name (`payment.pay`), a prefix
@@ -138,50 +139,26 @@ export interface VerifyChainOptions {
   isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
   /** When given, the root issuer must be one of these */
   roots?: Did[]
+  /**
+   * Where the parsed keys and the tokens whose signature verified are kept
+   * (only successes, by the token's CID)
+   *
+   * @default the process-wide `defaultVerificationCache`
+   */
+  verificationCache?: VerificationCache
   signal?: AbortSignal
 }
 
 // ---------------------------------------------------------------------------
 // keys
 //
-// The caches of this module (parsed keys, canonical CIDs, verified token
-// signatures) are shared by the whole process on purpose: each memoizes a
-// pure function of its key (a DID's key, a string's CID form, a signed
-// token's signature, by the token's CID), so what one node or test learned
-// holds for every other, and the free functions (`verifyChain`, `isTokenCid`)
-// need no owner. Each is bounded (4096 entries, oldest dropped first).
-
-/** Parsed public keys of recently seen DIDs (parsing costs about a tenth of a verification) */
-const KEY_CACHE_MAX = 4096
-const keyCache = new Map<string, PublicKey>()
-
-/** The Ed25519 public key a DID names, or undefined when it is not a valid Ed25519 did:key */
-function publicKeyOf (did: unknown): PublicKey | undefined {
-  if (typeof did !== 'string') return undefined
-  let key = keyCache.get(did)
-  if (key == null) {
-    try {
-      key = didToPublicKey(did)
-    } catch {
-      // not an Ed25519 did:key: no key (the caller reports the bad issuer)
-      return undefined
-    }
-    if (keyCache.size >= KEY_CACHE_MAX) keyCache.delete(keyCache.keys().next().value as string)
-    keyCache.set(did, key)
-  }
-  return key
-}
+// The parsed keys, verified signatures and canonical CIDs are kept in a
+// `VerificationCache` (verification-cache.ts): the one of the owner that
+// verifies, or for the free functions the process-wide default.
 
 /** @internal Is `value` an Ed25519 did:key (what `isDid` checks), with the parsed key cached */
 export function isEd25519Did (value: unknown): value is Did {
-  return publicKeyOf(value) != null
-}
-
-/** @internal Verify an Ed25519 signature by a did:key, with the parsed key cached per DID */
-export async function verifySignature (did: Did, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
-  const key = publicKeyOf(did)
-  if (key == null) return false
-  return verifyEd25519(did, key, data, sig)
+  return defaultVerificationCache.isEd25519Did(value)
 }
 
 // ---------------------------------------------------------------------------
@@ -189,22 +166,11 @@ export async function verifySignature (did: Did, data: Uint8Array, sig: Uint8Arr
 
 const NONCE = /^[A-Za-z0-9_-]+$/
 
-function isPlainMap (value: unknown): value is Record<string, unknown> {
-  if (value == null || typeof value !== 'object' || Array.isArray(value)) return false
-  const proto = Object.getPrototypeOf(value)
-  return proto === Object.prototype || proto === null
-}
+const invalidToken = (message: string): Error => new InvalidTokenError(message)
 
-/** Own keys whose value is not `undefined` (DAG-CBOR has no undefined) */
-function definedKeys (map: Record<string, unknown>): string[] {
-  return Object.keys(map).filter(k => map[k] !== undefined)
-}
-
+/** Unknown fields of a token, its payload or a capability are INVALID_TOKEN */
 function onlyKeys (map: Record<string, unknown>, allowed: readonly string[], what: string): void {
-  const extra = definedKeys(map).filter(k => !allowed.includes(k))
-  if (extra.length > 0) {
-    throw new InvalidTokenError(`Unknown fields in ${what}: ${extra.slice(0, 5).join(', ')}`)
-  }
+  strictKeys(map, allowed, what, invalidToken)
 }
 
 function isTime (value: unknown): value is number {
@@ -275,28 +241,9 @@ function parseCapability (value: unknown, where: string): Capability {
   return cap
 }
 
-/** Strings recently found to be canonical token CIDs (a pure function of the string) */
-const CID_CACHE_MAX = 4096
-const validCids = new Set<string>()
-
 /** Is `s` a token CID in canonical string form (CIDv1, dag-cbor, sha2-256, base32)? */
 export function isTokenCid (s: unknown): s is string {
-  if (typeof s !== 'string' || s.length > 128) return false
-  if (validCids.has(s)) return true
-  let ok: boolean
-  try {
-    const cid = CID.parse(s)
-    ok = cid.version === 1 && cid.code === DAG_CBOR && cid.multihash.code === SHA2_256 &&
-      cid.multihash.digest.length === 32 && cid.toString() === s
-  } catch {
-    // does not parse: not a token CID
-    return false
-  }
-  if (ok) {
-    if (validCids.size >= CID_CACHE_MAX) validCids.delete(validCids.values().next().value as string)
-    validCids.add(s)
-  }
-  return ok
+  return defaultVerificationCache.isTokenCid(s)
 }
 
 function parsePayload (value: unknown): TokenPayload {
@@ -397,7 +344,7 @@ export function checkToken (value: unknown): CheckedToken {
  * Validate a token received as a structure (for example inside a request
  * envelope) and return a clean copy. Throws `InvalidTokenError` (or
  * `InvalidSignatureError` for a signature that is not 64 bytes). Does not
- * verify the signature: {@link verifyChain} does.
+ * verify the signature: `verifyChain` does.
  */
 export function parseToken (value: unknown): Token {
   return checkToken(value).token

@@ -28,24 +28,29 @@ function fast (): NodeCrypto | undefined {
 }
 
 /**
- * Native keys, shared by the process on purpose: a DID's public key object is
- * a pure function of the DID (bounded, oldest dropped first); private key
- * objects live as long as their key (a WeakMap)
+ * Native private key objects live as long as their key (a WeakMap); native
+ * public key objects are kept with the parsed key of their DID, in the
+ * `VerificationCache` of whoever verifies (verification-cache.ts)
  */
-const MAX_KEYS = 4096
-const publicKeys = new Map<string, KeyObject>()
 const privateKeys = new WeakMap<PrivateKey, KeyObject>()
+
+/** A parsed public key, with its native key object once one was made */
+export interface Ed25519Key {
+  key: PublicKey
+  native?: KeyObject
+}
 
 function b64url (bytes: Uint8Array): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64url')
 }
 
 /**
- * Verify an Ed25519 signature with a public key (by `did`, for the cache);
- * false for a bad signature or key, never throws
+ * Verify an Ed25519 signature with a public key (its native key object is
+ * made once and kept in `entry`); false for a bad signature or key, never throws
  */
-export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
+export async function verifyEd25519 (entry: Ed25519Key, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
   const c = fast()
+  const key = entry.key
   if (c == null || key.type !== 'Ed25519' || key.raw.byteLength !== 32 || sig.byteLength !== 64) {
     try {
       return await key.verify(data, sig)
@@ -55,13 +60,8 @@ export async function verifyEd25519 (did: string, key: PublicKey, data: Uint8Arr
     }
   }
   try {
-    let obj = publicKeys.get(did)
-    if (obj == null) {
-      obj = c.createPublicKey({ format: 'jwk', key: { crv: 'Ed25519', x: b64url(key.raw), kty: 'OKP' } })
-      if (publicKeys.size >= MAX_KEYS) publicKeys.delete(publicKeys.keys().next().value as string)
-      publicKeys.set(did, obj)
-    }
-    return c.verify(null, data, obj, sig)
+    entry.native ??= c.createPublicKey({ format: 'jwk', key: { crv: 'Ed25519', x: b64url(key.raw), kty: 'OKP' } })
+    return c.verify(null, data, entry.native, sig)
   } catch {
     // a key or signature node:crypto refuses is a bad signature (the contract: never throws)
     return false

@@ -13,7 +13,9 @@ import { TooManyRequestsError } from '@ioa/transport'
 import { CID } from 'multiformats/cid'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
-import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain, verifySignature } from './delegation.js'
+import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain } from './delegation.js'
+import { defaultVerificationCache } from './verification-cache.js'
+import type { VerificationCache } from './verification-cache.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
 } from '../errors.js'
@@ -265,6 +267,13 @@ export interface VerifyEnvelopeOptions {
   isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
   /** Passed to `verifyChain`: accepted root principals (default: any) */
   roots?: Did[]
+  /**
+   * Parsed keys and verified token signatures (passed to `verifyChain`; the
+   * envelope's own signature is verified every time)
+   *
+   * @default the process-wide `defaultVerificationCache`
+   */
+  verificationCache?: VerificationCache
 }
 
 export interface VerifiedEnvelope {
@@ -306,7 +315,8 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
   if (p.iat > now + skew) throw new InvalidEnvelopeError('Envelope issued in the future')
   if (p.exp + skew < now) throw new EnvelopeExpiredError(`Envelope expired at ${p.exp}`)
 
-  if (!await verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
+  const cache = options.verificationCache ?? defaultVerificationCache
+  if (!await cache.verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
     throw new InvalidSignatureError('Envelope signature does not verify')
   }
   // a replay is refused before any further work; the nonce itself is only
@@ -324,7 +334,8 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
     clockSkew: skew,
     ...(options.maxDepth != null ? { maxDepth: options.maxDepth } : {}),
     ...(options.isRevoked != null ? { isRevoked: options.isRevoked } : {}),
-    ...(options.roots != null ? { roots: options.roots } : {})
+    ...(options.roots != null ? { roots: options.roots } : {}),
+    verificationCache: cache
   })
   // the sender's own delegation, or an invocation token: a leaf issued by the
   // sender to this executor (the sender attenuates its authority for the call)

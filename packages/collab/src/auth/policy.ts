@@ -9,6 +9,7 @@ import { domainSeparated, isDid, verifyByDid } from '@ioa/interconnect'
 import {
   ApprovalRequiredError, InvalidEnvelopeError, InvalidSignatureError, UnauthorizedError
 } from '../errors.js'
+import { isMap } from '../shape.js'
 import { TASK_ID_PATTERN } from './envelope.js'
 import type { Capability, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -286,7 +287,6 @@ export async function createApproval (root: Identity, init: { task: string, acti
 
 /** Check the shape of a received approval record (`INVALID_ENVELOPE` when malformed) */
 export function parseApproval (raw: unknown): Approval {
-  const isMap = (v: unknown): v is Record<string, unknown> => v != null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof Uint8Array)
   if (!isMap(raw)) throw new InvalidEnvelopeError('Approval must be a map')
   const { payload, sig, ...extra } = raw
   if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError('Unknown approval fields')

@@ -10,6 +10,7 @@
  */
 import { DEFAULT_CLOCK_SKEW } from './delegation.js'
 import { DList, links } from './dlist.js'
+import { positiveInteger } from '../options.js'
 import type { Links } from './dlist.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -125,11 +126,6 @@ interface Floor {
 
 const allOf = (e: Entry): Links<Entry> => e.all
 const mineOf = (e: Entry): Links<Entry> => e.mine
-
-function positiveInteger (name: string, value: number): number {
-  if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer`)
-  return value
-}
 
 /**
  * Remembers the (from, nonce) pairs of accepted envelopes until their

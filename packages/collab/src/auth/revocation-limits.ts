@@ -5,6 +5,7 @@
  * `exp` plus the clock skew). Bookkeeping only: the store holds the records.
  */
 import { RevocationQuotaError } from '../errors.js'
+import { positiveInteger } from '../options.js'
 import type { Did } from '@ioa/interconnect'
 
 export interface RevocationLimitsInit {
@@ -46,11 +47,6 @@ export interface RevocationLimitsInit {
    * @default 30_000
    */
   clockSkew?: number
-}
-
-function positiveInteger (name: string, value: number): number {
-  if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer`)
-  return value
 }
 
 interface Held {

@@ -15,6 +15,7 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { isTokenCid, tokenCid } from './delegation.js'
 import { InvalidSignatureError, InvalidTokenError, PrincipalMismatchError } from '../errors.js'
+import { isPlainMap, onlyKeys } from '../shape.js'
 import type { Token } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
 
@@ -69,25 +70,14 @@ export interface Revocation {
 // ---------------------------------------------------------------------------
 // the record
 
-function isPlainMap (value: unknown): value is Record<string, unknown> {
-  if (value == null || typeof value !== 'object' || Array.isArray(value)) return false
-  const proto = Object.getPrototypeOf(value)
-  return proto === Object.prototype || proto === null
-}
-
-function onlyKeys (map: Record<string, unknown>, allowed: readonly string[], what: string): void {
-  const extra = Object.keys(map).filter(k => map[k] !== undefined && !allowed.includes(k))
-  if (extra.length > 0) {
-    throw new InvalidTokenError(`Unknown fields in ${what}: ${extra.slice(0, 5).join(', ')}`)
-  }
-}
+const invalidToken = (message: string): Error => new InvalidTokenError(message)
 
 function checkRevocation (value: unknown): { rev: Revocation, bytes: Uint8Array } {
   if (!isPlainMap(value)) throw new InvalidTokenError('Revocation must be a map { payload, sig }')
-  onlyKeys(value, ['payload', 'sig'], 'revocation')
+  onlyKeys(value, ['payload', 'sig'], 'revocation', invalidToken)
   const p = value.payload
   if (!isPlainMap(p)) throw new InvalidTokenError('Revocation payload must be a map')
-  onlyKeys(p, ['v', 'iss', 'revoke', 'at', 'exp'], 'revocation payload')
+  onlyKeys(p, ['v', 'iss', 'revoke', 'at', 'exp'], 'revocation payload', invalidToken)
   if (p.v !== 1) throw new InvalidTokenError(`Unsupported revocation version ${String(p.v)}`)
   if (!isDid(p.iss)) throw new InvalidTokenError('Revocation iss must be an Ed25519 did:key')
   if (!isTokenCid(p.revoke)) throw new InvalidTokenError('Revocation revoke must be a token CID')

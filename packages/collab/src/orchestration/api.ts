@@ -2,6 +2,7 @@
  * The public types and errors of the orchestrator (`createOrchestrator`)
  */
 import { CollabError } from '../errors.js'
+import type { VerificationCache, VerificationCacheInit } from '../auth/verification-cache.js'
 import type { Capability, Token } from '../auth/delegation.js'
 import type { AttemptState, RunState, StepState } from './journal.js'
 import type { Goal, Plan, PlanStep, Planner } from '../planning/plan.js'
@@ -109,6 +110,13 @@ export interface OrchestratorInit {
   goalCapabilities?: (step: PlanStep, parents: Capability[]) => Capability[] | Promise<Capability[]>
   /** Revocation check of the run's own chain when a run starts (a RevocationStore's `isRevoked`) */
   isRevoked?: (cid: string, issuers: readonly Did[]) => boolean | Promise<boolean>
+  /**
+   * Parsed keys and verified token signatures of the runs' chains (a
+   * `VerificationCache`, e.g. the one given to the task service, or its bounds)
+   *
+   * @default a cache of its own with the default bounds (4,096 entries each)
+   */
+  verificationCache?: VerificationCache | VerificationCacheInit
 }
 
 export interface RunOptions {

@@ -22,23 +22,27 @@
 import { CanceledError } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { capabilityFor, verifyChain } from '../auth/delegation.js'
+import { verificationCacheOf } from '../auth/verification-cache.js'
 import {
   CollabError, DeadlineExceededError, InvalidPlanError, PlannerFailedError, StepFailedError, UnauthorizedError
 } from '../errors.js'
-import { PLAN_LIMITS, validatePlan } from '../planning/plan.js'
+import { validatePlan } from '../planning/plan.js'
 import { isTerminal } from '../tasks/model.js'
 import { DuplicateRunError, OrchestratorStoppedError, UnknownRunError } from './api.js'
 import { SubtaskRunner } from './attempts.js'
 import { errorOf } from './failures.js'
 import { RUN_ID, RunJournal } from './journal.js'
 import { isMap, newRun, parseGoal, resultOf, terminalEvent } from './run.js'
+import { orchestratorSettings } from './settings.js'
 import { StepRunner } from './steps.js'
 import type {
-  BackoffInit, Orchestrator, OrchestratorEvent, OrchestratorInit, RunOptions, RunResult, RunSummary
+  Orchestrator, OrchestratorEvent, OrchestratorInit, RunOptions, RunResult, RunSummary
 } from './api.js'
 import type { AttemptRecord, RunRecord, RunState, StepRecord } from './journal.js'
 import type { OrchestrationContext, Run } from './run.js'
+import type { OrchestratorSettings } from './settings.js'
 import type { Token, VerifiedChain } from '../auth/delegation.js'
+import type { VerificationCache } from '../auth/verification-cache.js'
 import type { Goal, Plan, PlanStep, Planner } from '../planning/plan.js'
 import type { ServeOptions, SkillContext, TaskService } from '../tasks/service.js'
 import type { TaskState } from '../tasks/model.js'
@@ -58,17 +62,11 @@ class DefaultOrchestrator implements Orchestrator {
   private readonly journal: RunJournal
   private readonly planner?: Planner
   private readonly ranker?: Ranker
-  private readonly retries: number
-  private readonly backoff: Required<BackoffInit>
-  private readonly maxDepth: number
-  private readonly concurrency: number
-  private readonly discoveryTimeout: number
-  private readonly maxAttemptsPerRound: number
-  private readonly confirmTimeout: number
-  private readonly tokenTtl: number
+  private readonly settings: OrchestratorSettings
   private readonly attenuate?: OrchestratorInit['attenuate']
   private readonly goalCapabilities?: OrchestratorInit['goalCapabilities']
   private readonly isRevoked?: OrchestratorInit['isRevoked']
+  private readonly verification: VerificationCache
   private readonly active = new Map<string, Run>()
   /** subtasks in flight per provider (load spreading) */
   private readonly inflight = new Map<Did, number>()
@@ -89,25 +87,11 @@ class DefaultOrchestrator implements Orchestrator {
     this.journal = new RunJournal(init.datastore ?? new MemoryDatastore())
     this.planner = init.planner
     this.ranker = init.ranker
-    const int = (name: string, v: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) throw new RangeError(`${name} must be a number in ${min}..${max}`)
-      return v
-    }
-    this.retries = Math.floor(int('retries', init.retries ?? 2, 0, 100))
-    this.backoff = {
-      initial: int('backoff.initial', init.backoff?.initial ?? 200, 0),
-      max: int('backoff.max', init.backoff?.max ?? 2_000, 0),
-      factor: int('backoff.factor', init.backoff?.factor ?? 2, 1)
-    }
-    this.maxDepth = Math.floor(int('maxDepth', init.maxDepth ?? 3, 0, PLAN_LIMITS.maxGoalDepth))
-    this.concurrency = Math.floor(int('concurrency', init.concurrency ?? 16, 1))
-    this.discoveryTimeout = int('discoveryTimeout', init.discoveryTimeout ?? 5_000, 1)
-    this.maxAttemptsPerRound = Math.floor(int('maxAttemptsPerRound', init.maxAttemptsPerRound ?? 3, 1))
-    this.confirmTimeout = int('confirmTimeout', init.confirmTimeout ?? 3_000, 1)
-    this.tokenTtl = int('tokenTtl', init.tokenTtl ?? 3_600_000, 1_000)
+    this.settings = orchestratorSettings(init)
     this.attenuate = init.attenuate
     this.goalCapabilities = init.goalCapabilities
     this.isRevoked = init.isRevoked
+    this.verification = verificationCacheOf(init.verificationCache)
     this.log = this.ic.node.logger.forComponent('ioa:collab:orchestrator')
     const ctx: OrchestrationContext = {
       agent: this.agent,
@@ -115,13 +99,7 @@ class DefaultOrchestrator implements Orchestrator {
       tasks: this.tasks,
       journal: this.journal,
       ...(this.ranker != null ? { ranker: this.ranker } : {}),
-      retries: this.retries,
-      backoff: this.backoff,
-      maxDepth: this.maxDepth,
-      discoveryTimeout: this.discoveryTimeout,
-      maxAttemptsPerRound: this.maxAttemptsPerRound,
-      confirmTimeout: this.confirmTimeout,
-      tokenTtl: this.tokenTtl,
+      ...this.settings,
       ...(this.attenuate != null ? { attenuate: this.attenuate } : {}),
       ...(this.goalCapabilities != null ? { goalCapabilities: this.goalCapabilities } : {}),
       inflight: this.inflight,
@@ -178,7 +156,7 @@ class DefaultOrchestrator implements Orchestrator {
     await this.tasks.serve(this.agent.did, skill, async (input: unknown, ctx: SkillContext) => {
       const goal = parseGoal(input)
       const depth = goal.depth ?? 1
-      if (depth > this.maxDepth) throw new InvalidPlanError(`Sub-goal at depth ${depth} is deeper than this orchestrator's maxDepth ${this.maxDepth}`)
+      if (depth > this.settings.maxDepth) throw new InvalidPlanError(`Sub-goal at depth ${depth} is deeper than this orchestrator's maxDepth ${this.settings.maxDepth}`)
       const outcome = await this.runToCompletion(goal, {
         proofs: [...ctx.chain.path],
         ...(ctx.deadline != null ? { deadline: ctx.deadline } : {}),
@@ -215,7 +193,10 @@ class DefaultOrchestrator implements Orchestrator {
 
   private async verifyProofs (proofs: Token[], plan: Plan): Promise<VerifiedChain | undefined> {
     if (proofs.length === 0) return undefined
-    const chain = await verifyChain(proofs[0], proofs.slice(1), this.isRevoked != null ? { isRevoked: this.isRevoked } : {})
+    const chain = await verifyChain(proofs[0], proofs.slice(1), {
+      ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
+      verificationCache: this.verification
+    })
     if (chain.audience !== this.agent.did) {
       throw new UnauthorizedError(`The proofs grant authority to ${chain.audience}, not to the orchestrating agent ${this.agent.did}`)
     }
@@ -249,13 +230,14 @@ class DefaultOrchestrator implements Orchestrator {
       const goal = goalOrPlan as Goal
       if (this.planner == null) throw new PlannerFailedError('This orchestrator has no planner: give it a plan')
       const planned = await this.planner.plan(goal, {
-        discover: async (q) => this.ic.discoverAll(q, { timeout: this.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),
+        discover: async (q) => this.ic.discoverAll(q, { timeout: this.settings.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),
+        logger: this.ic.node.logger,
         ...(options.signal != null ? { signal: options.signal } : {})
       })
       plan = validatePlan(planned)
     }
     const depth = plan.goal.depth ?? 0
-    if (depth > this.maxDepth) throw new InvalidPlanError(`The plan's goal is at depth ${depth}, deeper than maxDepth ${this.maxDepth}`)
+    if (depth > this.settings.maxDepth) throw new InvalidPlanError(`The plan's goal is at depth ${depth}, deeper than maxDepth ${this.settings.maxDepth}`)
     const chain = await this.verifyProofs(proofs, plan)
 
     const now = Date.now()
@@ -272,7 +254,7 @@ class DefaultOrchestrator implements Orchestrator {
       updatedAt: now
     }
     const steps = new Map<string, StepRecord>(plan.steps.map(s => [s.id, { v: 1, id: s.id, state: 'pending', attempts: [] }]))
-    const run = newRun(record, plan, steps, false, this.concurrency)
+    const run = newRun(record, plan, steps, false, this.settings.concurrency)
     run.chain = chain
     this.active.set(runId, run)
     try {
@@ -295,7 +277,7 @@ class DefaultOrchestrator implements Orchestrator {
     const stored = await this.journal.getSteps(runId)
     const steps = new Map<string, StepRecord>()
     for (const s of plan.steps) steps.set(s.id, stored.get(s.id) ?? { v: 1, id: s.id, state: 'pending', attempts: [] })
-    const run = newRun(record, plan, steps, true, this.concurrency)
+    const run = newRun(record, plan, steps, true, this.settings.concurrency)
     if (record.state === 'running') {
       if (this.active.has(runId)) throw new DuplicateRunError(`Run ${runId} is active here`)
       this.active.set(runId, run)

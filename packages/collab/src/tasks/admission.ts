@@ -6,6 +6,7 @@
  * peer ids and agent ids cost nothing) cannot hold the whole node.
  */
 import { TooManyRequestsError } from '@ioa/transport'
+import { positiveInteger } from '../options.js'
 
 export interface FairShareLimits {
   /** Non-terminal tasks of the executor */
@@ -98,7 +99,7 @@ export class TaskAdmission {
 
   constructor (limits: FairShareLimits) {
     for (const [k, v] of Object.entries(limits)) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`limits.${k} must be a positive integer`)
+      positiveInteger(`limits.${k}`, v)
     }
     this.limits = limits
   }

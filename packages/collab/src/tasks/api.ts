@@ -4,6 +4,7 @@
  */
 import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
 import type { ReplayCache, ReplayCacheInit } from '../auth/envelope.js'
+import type { VerificationCache, VerificationCacheInit } from '../auth/verification-cache.js'
 import type { Approval, Policy } from '../auth/policy.js'
 import type { TaskError, TaskLimits, TaskSnapshot, TaskState } from './model.js'
 import type { TaskRetentionInit } from './retention.js'
@@ -118,6 +119,13 @@ export interface TaskServiceInit {
    * @default 600_000
    */
   replayWindow?: number
+  /**
+   * Parsed keys and verified token signatures of the chains this service
+   * checks (a `VerificationCache`, or its bounds for one of its own)
+   *
+   * @default a cache of its own with the default bounds (4,096 entries each)
+   */
+  verificationCache?: VerificationCache | VerificationCacheInit
   /** Revocation check of every token of a chain (a RevocationStore) */
   revocations?: { isRevoked(cid: string, issuers?: readonly Did[]): boolean | Promise<boolean> }
   /** Same as `revocations`, as a function (`issuers`: who may revoke the token) */

@@ -13,6 +13,7 @@ import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { CanceledError, TooManyRequestsError } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
+import { verificationCacheOf } from '../auth/verification-cache.js'
 import {
   ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
 } from '../auth/envelope.js'
@@ -28,6 +29,7 @@ import {
 } from './model.js'
 import { TaskRetention } from './retention.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef, roundTrip } from './wire.js'
+import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
 import type { Envelope } from '../auth/envelope.js'
@@ -61,6 +63,7 @@ export class TaskExecutor {
   private readonly abandonAfter: number
   private readonly retention: TaskRetention
   private readonly log: Logger
+  private readonly verification: VerificationCache
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
@@ -77,6 +80,7 @@ export class TaskExecutor {
       throw new RangeError(`leaseInterval must be ${MIN_LEASE}-${MAX_OWN_LEASE} ms`)
     }
     this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
+    this.verification = verificationCacheOf(init.verificationCache)
     this.replay = init.replayCache instanceof ReplayCache
       ? init.replayCache
       : new ReplayCache({ clockSkew: this.clockSkew, ...init.replayCache })
@@ -335,7 +339,8 @@ export class TaskExecutor {
       maxTtl: this.replayWindow,
       ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
       ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
-      ...(this.roots != null ? { roots: this.roots } : {})
+      ...(this.roots != null ? { roots: this.roots } : {}),
+      verificationCache: this.verification
     })
 
     const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean }> => {
@@ -581,7 +586,8 @@ export class TaskExecutor {
         clockSkew: this.clockSkew,
         ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
         ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
-        ...(this.roots != null ? { roots: this.roots } : {})
+        ...(this.roots != null ? { roots: this.roots } : {}),
+        verificationCache: this.verification
       })
     } catch (err) {
       this.finish(live, 'rejected', { error: errorOf(err) })

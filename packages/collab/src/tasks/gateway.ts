@@ -27,6 +27,7 @@ import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
 import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
+import { numberOption } from '../options.js'
 import type { TaskEvent } from './api.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
@@ -141,11 +142,9 @@ interface Owner {
 /** Callers whose domain is remembered */
 const MAX_CALLERS = 4_096
 
+/** An option of the gateway: at least `min`, at most a timer's longest delay */
 function checkOption (name: string, value: number, min = 1): number {
-  if (!Number.isFinite(value) || value < min || value > 2_147_483_647) {
-    throw new RangeError(`Invalid task gateway option ${name}=${value}`)
-  }
-  return value
+  return numberOption(name, value, { min, max: 2_147_483_647 })
 }
 
 /** A signal aborted with `a` or `b`; `done()` unlinks it */

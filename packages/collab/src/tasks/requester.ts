@@ -16,6 +16,7 @@ import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, isMap, parseBody, roundTrip } from './wire.js'
+import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
@@ -56,9 +57,7 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    const maxRoutes = init.maxRoutes ?? MAX_ROUTES
-    if (!Number.isSafeInteger(maxRoutes) || maxRoutes < 1) throw new RangeError('maxRoutes must be a positive integer')
-    this.routes = new BoundedMap({ maxEntries: maxRoutes })
+    this.routes = new BoundedMap({ maxEntries: positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES) })
   }
 
 

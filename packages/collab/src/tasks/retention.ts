@@ -4,6 +4,7 @@
  * finished and keeps at most `maxTasks` of them, oldest removed first, but
  * never before the task's envelope could no longer be replayed.
  */
+import { positiveInteger } from '../options.js'
 
 export interface TaskRetentionInit {
   /**
@@ -66,7 +67,7 @@ export class TaskRetention {
     this.maxTasks = init.maxTasks ?? DEFAULT_RETENTION.maxTasks
     this.sweepInterval = init.sweepInterval ?? DEFAULT_RETENTION.sweepInterval
     for (const [k, v] of Object.entries({ maxAge: this.maxAge, maxTasks: this.maxTasks, sweepInterval: this.sweepInterval })) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`retention.${k} must be a positive integer`)
+      positiveInteger(`retention.${k}`, v)
     }
     this.remove = remove
     this.onError = onError

@@ -6,7 +6,8 @@
  * `spec/node-agents.md`, "Calls".
  */
 import { randomUUID } from 'node:crypto'
-import { DeadlineExceededError, NoProviderError, TASK_ID_PATTERN, UnauthorizedError, capabilityCovers, capabilityFor } from '@ioa/collab'
+import { DeadlineExceededError, NoProviderError, UnauthorizedError, capabilityCovers, capabilityFor } from '@ioa/collab'
+import { TASK_ID_PATTERN } from '@ioa/collab/wire'
 import { isCapability, isDid } from '@ioa/interconnect'
 import { anySignal } from 'any-signal'
 import { AgentProtocolError } from '../errors.js'

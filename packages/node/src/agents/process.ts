@@ -10,7 +10,7 @@
  * splitter, limits and call bridge are already out in their own files.
  */
 import { spawn } from 'node:child_process'
-import { TASK_ID_PATTERN } from '@ioa/collab'
+import { TASK_ID_PATTERN } from '@ioa/collab/wire'
 import { CanceledError, ERROR_CODE_PATTERN } from '@ioa/transport'
 import pDefer from 'p-defer'
 import { raceSignal } from 'race-signal'

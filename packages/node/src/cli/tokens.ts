@@ -3,7 +3,8 @@
  * padding) of its DAG-CBOR encoding (`encodeToken`). A `@file` argument may
  * hold several, separated by white space.
  */
-import { TOKEN_LIMITS, decodeToken, encodeToken, tokenCid } from '@ioa/collab'
+import { tokenCid } from '@ioa/collab'
+import { TOKEN_LIMITS, decodeToken, encodeToken } from '@ioa/collab/wire'
 import { readArgument } from './args.js'
 import { UsageError, oneLine } from './errors.js'
 import type { Token, TokenPayload } from '@ioa/collab'

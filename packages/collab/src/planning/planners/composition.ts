@@ -12,8 +12,10 @@
 import type { Skill } from '@ioa/interconnect'
 import { PlannerFailedError } from '../../errors.js'
 import { validatePlan } from '../plan.js'
-import { discoverSkills, newPlanId } from './shared.js'
+import { discoverSkills, loggedPlan, newPlanId, plannerLogger } from './shared.js'
+import { numberOption } from '../../options.js'
 import type { Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
+import type { ComponentLogger, Logger } from '@libp2p/interface'
 import type { SkillInfo } from './shared.js'
 
 export interface CompositionPlannerInit {
@@ -25,6 +27,8 @@ export interface CompositionPlannerInit {
   capabilities?: string[]
   /** Most sets of available properties explored before giving up @default 10_000 */
   maxStates?: number
+  /** Where the planner logs (`ioa:collab:planner:composition`), unless a plan call's context has a logger @default libp2p's default logger (`DEBUG=ioa:collab:planner:*`) */
+  logger?: ComponentLogger
 }
 
 type Schema = Record<string, unknown>
@@ -113,15 +117,14 @@ function stateKey (known: Map<string, Known>): string {
 
 class CompositionPlanner implements Planner {
   readonly name = 'composition'
+  private readonly log: Logger
   private readonly maxDepth: number
   private readonly maxStates: number
 
   constructor (private readonly init: CompositionPlannerInit = {}) {
-    this.maxDepth = init.maxDepth ?? 5
+    this.maxDepth = numberOption('maxDepth', init.maxDepth ?? 5, { max: 256, integer: true })
     this.maxStates = init.maxStates ?? 10_000
-    if (!Number.isInteger(this.maxDepth) || this.maxDepth < 1 || this.maxDepth > 256) {
-      throw new RangeError('maxDepth must be an integer in 1..256')
-    }
+    this.log = plannerLogger('composition', init.logger)
   }
 
   private async skills (ctx: PlannerContext): Promise<SkillInfo[]> {
@@ -134,6 +137,10 @@ class CompositionPlanner implements Planner {
   }
 
   async plan (goal: Goal, ctx: PlannerContext = {}): Promise<Plan> {
+    return await loggedPlan(this.name, this.log, goal, ctx, async () => this.draw(goal, ctx))
+  }
+
+  private async draw (goal: Goal, ctx: PlannerContext): Promise<Plan> {
     const signal = ctx.signal
     signal?.throwIfAborted()
     const want = goal?.want

@@ -13,8 +13,9 @@
  */
 import { InvalidPlanError, PlannerFailedError } from '../../errors.js'
 import { PLAN_LIMITS, STEP_ID, validatePlan } from '../plan.js'
-import { newPlanId } from './shared.js'
+import { loggedPlan, newPlanId, plannerLogger } from './shared.js'
 import type { Fanout, Goal, Plan, Planner, PlannerContext, PlanStep } from '../plan.js'
+import type { ComponentLogger, Logger } from '@libp2p/interface'
 
 /** One step of a template */
 export interface TemplateStep {
@@ -51,6 +52,8 @@ export interface DeclarativePlannerInit {
   maxDepth?: number
   /** Expand sub-goals inline when a template matches @default true */
   expand?: boolean
+  /** Where the planner logs (`ioa:collab:planner:declarative`), unless a plan call's context has a logger @default libp2p's default logger (`DEBUG=ioa:collab:planner:*`) */
+  logger?: ComponentLogger
 }
 
 interface Compiled {
@@ -171,6 +174,7 @@ function order (key: string, steps: readonly TemplateStep[]): TemplateStep[] {
 
 class DeclarativePlanner implements Planner {
   readonly name = 'declarative'
+  private readonly log: Logger
   private readonly exact = new Map<string, Compiled>()
   private readonly patterns: Compiled[] = []
   private readonly maxDepth: number
@@ -179,6 +183,7 @@ class DeclarativePlanner implements Planner {
   constructor (init: DeclarativePlannerInit) {
     this.maxDepth = init.maxDepth ?? PLAN_LIMITS.maxGoalDepth
     this.expandInline = init.expand ?? true
+    this.log = plannerLogger('declarative', init.logger)
     for (const [key, value] of Object.entries(init.templates)) {
       const template: Template = Array.isArray(value) ? { steps: value } : value
       if (!Array.isArray(template?.steps) || template.steps.length === 0) {
@@ -215,6 +220,10 @@ class DeclarativePlanner implements Planner {
   }
 
   async plan (goal: Goal, ctx: PlannerContext = {}): Promise<Plan> {
+    return await loggedPlan(this.name, this.log, goal, ctx, async () => this.draw(goal, ctx))
+  }
+
+  private async draw (goal: Goal, ctx: PlannerContext): Promise<Plan> {
     ctx.signal?.throwIfAborted()
     if (goal == null || typeof goal.intent !== 'string') fail('Goal must have an intent')
     const m = this.match(goal.intent)

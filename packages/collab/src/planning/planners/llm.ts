@@ -9,8 +9,9 @@
 import { capabilityMatches } from '@ioa/interconnect'
 import { PlannerFailedError } from '../../errors.js'
 import { validatePlan } from '../plan.js'
-import { discoverSkills, newPlanId } from './shared.js'
+import { discoverSkills, loggedPlan, newPlanId, plannerLogger } from './shared.js'
 import type { Goal, Plan, Planner, PlannerContext } from '../plan.js'
+import type { ComponentLogger, Logger } from '@libp2p/interface'
 
 /** A capability as described to the model */
 export interface CapabilityInfo {
@@ -49,6 +50,8 @@ export interface LlmPlannerInit {
   temperature?: number
   /** Largest response body accepted, in bytes @default 1_048_576 */
   maxResponseBytes?: number
+  /** Where the planner logs (`ioa:collab:planner:llm`), unless a plan call's context has a logger @default libp2p's default logger (`DEBUG=ioa:collab:planner:*`) */
+  logger?: ComponentLogger
 }
 
 /** The system prompt used unless `systemPrompt` is given */
@@ -84,7 +87,7 @@ function inferType (v: unknown): string {
 }
 
 /** Read a response body, refusing more than `max` bytes */
-async function readBounded (res: Response, max: number): Promise<string> {
+async function readBounded (res: Response, max: number, log: Logger): Promise<string> {
   if (res.body == null) {
     const text = await res.text()
     if (text.length > max) fail(`Model response larger than ${max} bytes`)
@@ -98,8 +101,8 @@ async function readBounded (res: Response, max: number): Promise<string> {
     if (done) break
     size += value.byteLength
     if (size > max) {
-      // the response is refused for its size either way
-      await reader.cancel().catch(() => {})
+      // the response is refused for its size either way; a failed cancel only leaves the stream to be collected
+      await reader.cancel().catch((err: unknown) => { log.trace('canceling an oversized model response failed: %e', err) })
       fail(`Model response larger than ${max} bytes`)
     }
     chunks.push(value)
@@ -122,6 +125,7 @@ function extractJson (content: string): unknown {
 
 class LlmPlanner implements Planner {
   readonly name = 'llm'
+  private readonly log: Logger
   private readonly endpoint: string
   private readonly fetch: typeof globalThis.fetch
   private readonly timeout: number
@@ -134,6 +138,7 @@ class LlmPlanner implements Planner {
     this.fetch = init.fetch ?? globalThis.fetch
     this.timeout = init.timeout ?? 30_000
     this.maxResponseBytes = init.maxResponseBytes ?? 1_048_576
+    this.log = plannerLogger('llm', init.logger)
   }
 
   /** The capabilities offered to the model */
@@ -183,6 +188,10 @@ class LlmPlanner implements Planner {
   }
 
   async plan (goal: Goal, ctx: PlannerContext = {}): Promise<Plan> {
+    return await loggedPlan(this.name, this.log, goal, ctx, async (log) => this.draw(goal, ctx, log))
+  }
+
+  private async draw (goal: Goal, ctx: PlannerContext, log: Logger): Promise<Plan> {
     const signal = ctx.signal
     signal?.throwIfAborted()
     if (goal == null || typeof goal.intent !== 'string') fail('Goal must have an intent')
@@ -218,10 +227,13 @@ class LlmPlanner implements Planner {
       })
       if (!res.ok) {
         // the status is the error; the body only adds detail when it can be read
-        const detail = await readBounded(res, 4096).catch(() => '')
+        const detail = await readBounded(res, 4096, log).catch((err: unknown) => {
+          log.trace('the body of an HTTP %d answer could not be read: %e', res.status, err)
+          return ''
+        })
         fail(`Model endpoint answered HTTP ${res.status}${detail !== '' ? `: ${detail.slice(0, 300)}` : ''}`)
       }
-      text = await readBounded(res, this.maxResponseBytes)
+      text = await readBounded(res, this.maxResponseBytes, log)
     } catch (err) {
       if (signal?.aborted === true) throw signal.reason
       if (timedOut) fail(`Model endpoint did not answer within ${this.timeout} ms`, err)

@@ -8,7 +8,7 @@ import { UsageError, asUsage } from '../errors.js'
 import type { CommandSpec } from '../args.js'
 import type { Capability, Token } from '@ioa/collab'
 
-/** Tokens are bounded (TOKEN_LIMITS of @ioa/collab, checked again when signing): flags are checked against them first */
+/** Tokens are bounded (TOKEN_LIMITS of @ioa/collab/wire, checked again when signing): flags are checked against them first */
 const MAX_SKILLS = 16
 const MAX_CONSTRAINTS = 32
 const MAX_CONSTRAINT_KEY = 64
@@ -41,8 +41,8 @@ export const delegateCommand: CommandSpec = {
     'ioa delegate --key car.key --to did:key:z6Mk… --skill travel.hotel.booking --constraint maxAmount=150 --proof @car.token'
   ],
   async run (args, ctx) {
-    const [{ TOKEN_LIMITS, delegate, isSkillPattern, verifyChain }, { readKeyFile, writeNewFile }, { readTokens, tokenJson }] =
-      await Promise.all([import('@ioa/collab'), import('../keyfile.js'), import('../tokens.js')])
+    const [{ delegate, isSkillPattern, verifyChain }, { TOKEN_LIMITS }, { readKeyFile, writeNewFile }, { readTokens, tokenJson }] =
+      await Promise.all([import('@ioa/collab'), import('@ioa/collab/wire'), import('../keyfile.js'), import('../tokens.js')])
     const key = await readKeyFile(args.required('key'), ctx.cwd)
     const audience = await parseDid(args.required('to'), '--to')
     const skills = args.strings('skill')

@@ -26,7 +26,7 @@ export const taskCommand: CommandSpec = {
   ],
   async run (args, ctx) {
     const taskId = args.positional(0, 'task-id')
-    const [{ TASK_ID_PATTERN }, { withClient }] = await Promise.all([import('@ioa/collab'), import('../client.js')])
+    const [{ TASK_ID_PATTERN }, { withClient }] = await Promise.all([import('@ioa/collab/wire'), import('../client.js')])
     if (!TASK_ID_PATTERN.test(taskId)) throw new UsageError(`"${taskId.slice(0, 80)}" is not a task id`, 'task-id')
     const to = await parseDid(args.required('to'), '--to')
     const timeout = timeoutOf(args)

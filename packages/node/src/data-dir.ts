@@ -41,19 +41,22 @@ const RECOVER = 'Nothing was changed: restore the directory from a backup, or mo
 /** The node key in the encrypted layout and in the earlier plaintext one (`spec/interconnect.md` §1.3) */
 const NODE_KEYS = [new Key('/ioa/keystore/chain/pkcs8/self'), new Key('/pkcs8/self')]
 
-/** Whether `dir` holds a LevelDB database (false: absent or new); throws `DataDirCorruptError` for a damaged one */
-async function inspect (dir: string, field: string): Promise<boolean> {
+/**
+ * The manifest of the LevelDB database in `dir`, or undefined when there is
+ * none (absent or new); throws `DataDirCorruptError` for a damaged one
+ */
+async function inspect (dir: string, field: string): Promise<string | undefined> {
   let names: string[]
   try {
     names = await readdir(dir)
   } catch (err: any) {
-    if (err?.code === 'ENOENT') return false
+    if (err?.code === 'ENOENT') return undefined
     throw new DataDirUnavailableError(`Cannot read the data directory ${dir}: ${err?.code ?? err?.message ?? err}`, { dir, field, cause: err })
   }
   const data = names.filter(n => LEVEL_DATA.test(n))
   const manifests = data.filter(n => n.startsWith('MANIFEST-')).sort((a, b) => Number(a.slice(9)) - Number(b.slice(9)))
   if (!names.includes('CURRENT')) {
-    if (data.length === 0) return false
+    if (data.length === 0) return undefined
     const newest = manifests.at(-1)
     throw new DataDirCorruptError(`The data directory ${dir} is damaged: its file CURRENT is missing (LevelDB would start an empty database there and delete the old tables). ${
       newest != null ? `If ${newest} is intact, \`printf '${newest}\\n' > ${join(dir, 'CURRENT')}\` restores it; else ${RECOVER.charAt(0).toLowerCase()}${RECOVER.slice(1)}` : RECOVER}`, { dir, file: 'CURRENT', field })
@@ -77,16 +80,17 @@ async function inspect (dir: string, field: string): Promise<boolean> {
   if (size === 0) {
     throw new DataDirCorruptError(`The data directory ${dir} is damaged: its manifest ${manifest} is empty. ${RECOVER}`, { dir, file: manifest, field })
   }
-  return true
+  return manifest
 }
 
 /** The typed error for a LevelDB open failure */
-function openError (dir: string, err: unknown, field: string): Error {
+function openError (dir: string, err: unknown, field: string, manifest: string | undefined): Error {
   // abstract-level wraps the binding's error, which has the code, as `cause`
   const cause = ((err as { cause?: unknown })?.cause ?? err) as { code?: unknown, message?: unknown }
   const code = typeof cause?.code === 'string' ? cause.code : ''
   const text = String(cause?.message ?? cause)
-  const file = NAMED_FILE.exec(text)?.[1]
+  // LevelDB calls the manifest "descriptor" and does not name it
+  const file = NAMED_FILE.exec(text)?.[1] ?? (/descriptor/.test(text) ? manifest : undefined)
   if (code === 'LEVEL_LOCKED') {
     return new DataDirLockedError(`The data directory ${dir} is in use by another process (its LevelDB lock ${join(dir, 'LOCK')} is held): stop that process (one ioa process per directory), or use another directory`, { dir, file: 'LOCK', field, cause: err })
   }
@@ -105,7 +109,8 @@ export async function openDataDir (dir: string, options: OpenDataDirOptions = {}
   const field = options.field ?? 'dataDir'
   const log = (options.logger ?? defaultLogger()).forComponent('ioa:node:data-dir')
   try {
-    const existing = await inspect(dir, field)
+    const manifest = await inspect(dir, field)
+    const existing = manifest != null
     if (!existing) {
       try {
         await mkdir(dir, { recursive: true, mode: 0o700 })
@@ -118,7 +123,7 @@ export async function openDataDir (dir: string, options: OpenDataDirOptions = {}
       // the database itself, not `store.open()`: that keeps only the message of LevelDB's error
       await store.db.open({ createIfMissing: !existing, compression: false })
     } catch (err) {
-      throw openError(dir, err, field)
+      throw openError(dir, err, field, manifest)
     }
     log('opened %s%s', dir, existing ? '' : ' (new)')
     return store

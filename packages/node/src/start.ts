@@ -116,7 +116,7 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
   for (const [i, a] of (c.agents ?? []).entries()) {
     // `node` is the Node.js running this process (below)
     if (a.command == null || a.command[0] === 'node') continue
-    const problem = await programProblem(a.command[0], options.env ?? process.env)
+    const problem = await programProblem(a.command[0])
     if (problem != null) throw new ConfigError(`Agent ${a.key}: cannot run its command: ${problem}`, `agents.${i}.command`)
   }
 

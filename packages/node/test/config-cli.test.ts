@@ -95,6 +95,13 @@ describe('a bad config exits 2 naming the field', () => {
   }, 600_000)
 })
 
+describe('the timer limit through the API', () => {
+  it('createIoaNode refuses a providerTtl above 2^31-1 ms (the reprovider would fire every 1 ms)', async () => {
+    const err = await expectErrorCode(createIoaNode({ transport: { providerTtl: 2 ** 31 } }), 'INVALID_ARGUMENT')
+    expect(err.message).toContain('2147483647')
+  })
+})
+
 describe('values from the environment and the command line', () => {
   let alice: Identity
   let mallory: Identity

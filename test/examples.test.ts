@@ -289,7 +289,7 @@ describe('examples', () => {
     expect(lines.at(-1)).toBe('1 of 1 entries, chain verified')
   })
 
-  it('node.json with hotel-agent.ts starts from the config file, with the audit layer stacked on it', async () => {
+  it('node.json with hotel-agent.js starts from the config file, with the audit layer stacked on it', async () => {
     const config = await loadConfig(fileURLToPath(new URL('../examples/node.json', import.meta.url)))
     const events: NodeLogEvent[] = []
     const started = await startFromConfig(config, { layers: [auditLayer()], onEvent: e => { events.push(e) } })

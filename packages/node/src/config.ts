@@ -4,20 +4,23 @@
  */
 import { readFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
-import { MAX_CARDS_PER_LIST } from '@ioa/interconnect'
+import { MAX_CARDS_PER_LIST, SkillSchema } from '@ioa/interconnect'
+import { MESSAGING_DEFAULTS } from '@ioa/transport'
 import { z } from 'zod'
-
+import { substituteEnv } from './config-env.js'
+import { CapabilityString, DidString, ListenAddr, MAX_TIMER_MS, PeerAddr, PeerIdString, duration } from './config-fields.js'
 import { ConfigError } from './errors.js'
 
 export { ConfigError }
 
 const SkillConfig = z.object({
-  id: z.string().min(1).max(128),
+  id: CapabilityString,
   name: z.string().max(100).optional(),
   description: z.string().max(2000).optional(),
   tags: z.array(z.string().min(1).max(32)).max(16).optional(),
-  inputSchema: z.record(z.string(), z.unknown()).optional(),
-  outputSchema: z.record(z.string(), z.unknown()).optional()
+  /** A JSON Schema, bounded as on cards (16 KiB of DAG-CBOR, 32 levels, 2,048 items) */
+  inputSchema: SkillSchema.shape.inputSchema,
+  outputSchema: SkillSchema.shape.outputSchema
 }).strict()
 
 const AgentConfig = z.object({
@@ -56,13 +59,10 @@ const ApprovalRule = z.object({
   reason: z.string().min(1).max(512).optional()
 }).strict()
 
-const PeerIdString = z.string().regex(/^[1-9A-HJ-NP-Za-km-z]{46,60}$/, 'a libp2p peer id')
-const DidString = z.string().regex(/^did:key:z[1-9A-HJ-NP-Za-km-z]+$/, 'a did:key identifier')
-const Multiaddr = z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')
 
 const TasksConfig = z.object({
   /** Executor heartbeat interval in ms; a requester reports a lapse after 3× this @default 1_000 */
-  leaseInterval: z.number().int().min(50).max(20_000).optional(),
+  leaseInterval: duration(50, 20_000).optional(),
   /** Accepted root principals of delegation chains @default any */
   roots: z.array(DidString).max(256).optional(),
   /** Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs @default false */
@@ -72,12 +72,12 @@ const TasksConfig = z.object({
   /** Longest delegation chain @default 8 */
   maxDepth: z.number().int().min(1).max(32).optional(),
   /** Clock skew tolerated on token and envelope times, ms @default 30_000 */
-  clockSkew: z.number().int().min(0).max(600_000).optional(),
+  clockSkew: duration(0, 600_000).optional(),
   /**
    * A task that no stream (submit or resubscribe) follows for this long is
    * canceled with ABANDONED, ms; at least `leaseInterval` @default 3 × leaseInterval
    */
-  abandonAfter: z.number().int().min(50).max(86_400_000).optional(),
+  abandonAfter: duration(50, 86_400_000).optional(),
   /** Active (non-terminal) tasks one remote peer may have here at once (fair share) @default 64 */
   maxActiveTasksPerPeer: z.number().int().min(1).max(1_000_000).optional(),
   /** Active tasks of one caller agent (the envelope's sender) at once @default 64 */
@@ -86,7 +86,7 @@ const TasksConfig = z.object({
   maxActiveTasksPerAddress: z.number().int().min(1).max(1_000_000).optional(),
   /** How long and how many finished tasks (and their idempotency keys) are kept */
   retention: z.object({
-    /** Longest a finished task is kept after it ended, ms @default 86_400_000 */
+    /** Longest a finished task is kept after it ended, ms (compared with task end times, never a timer's delay) @default 86_400_000 */
     maxAge: z.number().int().min(1).max(31_536_000_000).optional(),
     /** Most finished tasks kept; the oldest are removed first @default 10_000 */
     maxTasks: z.number().int().min(1).max(100_000_000).optional()
@@ -100,9 +100,9 @@ const GatewayConfig = z.object({
   /** The domain whose agents this gateway exports @default the node's domain */
   domain: z.string().min(1).max(253).optional(),
   /** Listen addresses of the gateway's node in the domain network @default ['/ip4/127.0.0.1/tcp/0'] */
-  listen: z.array(z.string().min(1)).max(16).optional(),
+  listen: z.array(ListenAddr).max(16).optional(),
   /** Peers of the domain network to join through @default [] */
-  bootstrap: z.array(Multiaddr).max(64).optional(),
+  bootstrap: z.array(PeerAddr).max(64).optional(),
   /** What is exported; nothing is unless a rule covers it */
   exports: z.array(z.object({
     skill: z.string().min(1).max(128),
@@ -111,9 +111,9 @@ const GatewayConfig = z.object({
   /** Capability prefixes looked up in the domain for '*' rules @default [] */
   innerCapabilities: z.array(z.string().min(1).max(128)).max(64).optional(),
   /** Requests each outside peer may make per period @default { requests: 50, per: 1000 } */
-  rateLimit: z.object({ requests: z.number().int().positive(), per: z.number().int().positive() }).strict().optional(),
+  rateLimit: z.object({ requests: z.number().int().positive().max(1_000_000), per: duration(1) }).strict().optional(),
   /** How often the domain's agents are looked up again, ms @default 30_000 */
-  refreshInterval: z.number().int().min(100).optional()
+  refreshInterval: duration(100).optional()
 }).strict()
 
 /** The interconnect's cache bounds: discovery results, routes, card bytes, ranking history */
@@ -126,11 +126,18 @@ const InterconnectLimits = z.object({
   maxHistory: z.number().int().positive().optional()
 }).strict()
 
+/** Smallest `limits.maxFrameSize`: a task frame with its envelope and a delegation chain needs a few KiB */
+const MIN_FRAME_SIZE = 4096
+/** Largest `limits.maxFrameSize`: one frame must fit the per-peer buffer budget (`maxBufferedPerPeer`, 8 MiB) with room to spare */
+const MAX_FRAME_SIZE = Math.min(4_194_304, MESSAGING_DEFAULTS.maxBufferedPerPeer / 2)
+
+export { MAX_TIMER_MS }
+
 export const NodeConfigSchema = z.object({
   /** Addresses to listen on @default ['/ip4/127.0.0.1/tcp/0'] */
-  listen: z.array(z.string().min(1)).max(16).optional(),
+  listen: z.array(ListenAddr).max(16).optional(),
   /** Multiaddrs (with /p2p/…) of peers to join through @default [] */
-  bootstrap: z.array(Multiaddr).max(64).optional(),
+  bootstrap: z.array(PeerAddr).max(64).optional(),
   /** Directory of the node's LevelDB state (keys, agents, journals); relative to the config file @default in memory */
   dataDir: z.string().min(1).optional(),
   /**
@@ -148,10 +155,14 @@ export const NodeConfigSchema = z.object({
   /** Agents hosted by this node (handlers are attached in code, or by external agent programs) */
   agents: z.array(AgentConfig).max(1024).optional(),
   limits: z.object({
-    maxFrameSize: z.number().int().positive().optional(),
-    maxInFlightPerPeer: z.number().int().positive().optional(),
-    requestTimeout: z.number().int().positive().optional(),
-    maxConnections: z.number().int().positive().optional(),
+    /** Largest frame body sent or accepted, bytes (4 KiB … 4 MiB) @default 1_048_576 */
+    maxFrameSize: z.number().int().min(MIN_FRAME_SIZE).max(MAX_FRAME_SIZE).optional(),
+    /** Calls one remote peer may have running here @default 64 */
+    maxInFlightPerPeer: z.number().int().min(1).max(100_000).optional(),
+    /** How long a call waits for its answer, ms (100 … 2^31-1) @default 10_000 */
+    requestTimeout: duration(100).optional(),
+    /** Open connections @default 300 */
+    maxConnections: z.number().int().min(1).max(1_000_000).optional(),
     /**
      * IP prefixes (`/ip4/127.0.0.1`, `/ip4/10.0.0.0/ipcidr/8`) whose
      * connections bypass maxConnections and libp2p's inbound rate limit; only
@@ -162,7 +173,7 @@ export const NodeConfigSchema = z.object({
     interconnect: InterconnectLimits.optional()
   }).strict().optional(),
   /** DHT provider-record lifetime in ms @default 600_000 */
-  providerTtl: z.number().int().min(1000).optional(),
+  providerTtl: duration(1000).optional(),
   /** Task service: leases, trusted roots, constraint enforcement, fair share, abandonment, retention */
   tasks: TasksConfig.optional(),
   /**
@@ -190,7 +201,15 @@ export const NodeConfigSchema = z.object({
   domainPskFile: z.string().min(1).max(4096).optional(),
   /** The pre-shared key inline (the key file's text, or its 64 hex digits); prefer `domainPskFile` @default $IOA_DOMAIN_PSK */
   domainPsk: z.string().min(1).max(1024).optional()
-}).strict()
+}).strict().superRefine((c, ctx) => {
+  // two agents with one key would be one identity: the second is refused at start, so name it here
+  const seen = new Map<string, number>()
+  for (const [i, a] of (c.agents ?? []).entries()) {
+    const first = seen.get(a.key)
+    if (first != null) ctx.addIssue({ code: 'custom', path: ['agents', i, 'key'], message: `key "${a.key}" is also the key of agents.${first}: each agent needs its own key` })
+    else seen.set(a.key, i)
+  }
+})
 
 export type NodeConfig = z.output<typeof NodeConfigSchema>
 export type AgentConfig = z.output<typeof AgentConfig>
@@ -215,24 +234,34 @@ export function parseConfig (value: unknown): NodeConfig {
   return result.data
 }
 
+export interface LoadConfigOptions {
+  /** Where `${NAME}` in the file's string values is looked up @default process.env */
+  env?: Record<string, string | undefined>
+}
+
 /**
- * Read and validate a JSON configuration file; `dataDir` is resolved
- * relative to the file
+ * Read and validate a JSON configuration file (UTF-8, a leading byte order
+ * mark is skipped): `${NAME}` in its string values is replaced by the
+ * environment variable (`$${` is a literal `${`; an unset variable is a
+ * `ConfigError` naming it), then the relative paths are resolved against the
+ * file's directory
  */
-export async function loadConfig (path: string): Promise<NodeConfig> {
+export async function loadConfig (path: string, options: LoadConfigOptions = {}): Promise<NodeConfig> {
   let text: string
   try {
     text = await readFile(path, 'utf8')
   } catch (err: any) {
     throw new ConfigError(`Cannot read config file ${path}: ${err?.code ?? err?.message ?? err}`)
   }
+  // editors on some systems start UTF-8 files with a byte order mark; JSON.parse refuses it
+  if (text.charCodeAt(0) === 0xFEFF) text = text.slice(1)
   let json: unknown
   try {
     json = JSON.parse(text)
   } catch (err: any) {
     throw new ConfigError(`Config file ${path} is not valid JSON: ${err?.message ?? err}`)
   }
-  return resolvePaths(parseConfig(json), dirname(resolve(path)))
+  return resolvePaths(parseConfig(substituteEnv(json, options.env ?? process.env)), dirname(resolve(path)))
 }
 
 /**

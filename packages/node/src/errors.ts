@@ -43,6 +43,68 @@ export class KeyStoreError extends CodedError {
   }
 }
 
+// ---- data directories ---------------------------------------------------------
+
+/**
+ * Base class of the errors of a data directory that cannot be used as it is;
+ * `code` is stable, `file` names the file at fault when one is
+ */
+export class DataDirError extends CodedError {
+  static override name = 'DataDirError'
+  /** The data directory */
+  readonly dir: string
+  /** The file of the directory at fault (`LOCK`, `CURRENT`, `MANIFEST-000002`, `000005.ldb`) */
+  readonly file?: string
+  /** The config field or flag that named the directory (`dataDir`, `--data-dir`) */
+  readonly field?: string
+
+  constructor (code: string, message: string, options: { dir: string, file?: string, field?: string, cause?: unknown }) {
+    super(code, message, options.cause != null ? { cause: options.cause } : undefined)
+    this.dir = options.dir
+    this.file = options.file
+    this.field = options.field
+  }
+}
+
+/** Another process (or node) holds the directory's LevelDB lock (the CLI exits 1) */
+export class DataDirLockedError extends DataDirError {
+  static override name = 'DataDirLockedError'
+  static code = 'DATA_DIR_LOCKED'
+  constructor (message: string, options: { dir: string, file?: string, field?: string, cause?: unknown }) {
+    super(DataDirLockedError.code, message, options)
+  }
+}
+
+/** The directory's LevelDB files are damaged or missing: nothing was changed (the CLI exits 2) */
+export class DataDirCorruptError extends DataDirError {
+  static override name = 'DataDirCorruptError'
+  static code = 'DATA_DIR_CORRUPT'
+  constructor (message: string, options: { dir: string, file?: string, field?: string, cause?: unknown }) {
+    super(DataDirCorruptError.code, message, options)
+  }
+}
+
+/** The directory cannot be created or opened for another reason (permissions, disk) (the CLI exits 1) */
+export class DataDirUnavailableError extends DataDirError {
+  static override name = 'DataDirUnavailableError'
+  static code = 'DATA_DIR_UNAVAILABLE'
+  constructor (message: string, options: { dir: string, file?: string, field?: string, cause?: unknown }) {
+    super(DataDirUnavailableError.code, message, options)
+  }
+}
+
+/**
+ * The directory holds state but no node key: starting would give the node a
+ * new identity, which only `newIdentity` (`--new-identity`) allows (the CLI exits 2)
+ */
+export class IdentityMissingError extends DataDirError {
+  static override name = 'IdentityMissingError'
+  static code = 'IDENTITY_MISSING'
+  constructor (message: string, options: { dir: string, file?: string, field?: string, cause?: unknown }) {
+    super(IdentityMissingError.code, message, options)
+  }
+}
+
 // ---- external agents (`spec/node-agents.md`, "Errors") -----------------------
 
 /** Base class of the external agent errors; `code` is stable */

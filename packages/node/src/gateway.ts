@@ -5,7 +5,8 @@
  */
 import { createTaskGateway } from '@ioa/collab'
 import { createGateway, createInterconnect } from '@ioa/interconnect'
-import { createTransportNode, openDatastore } from '@ioa/transport'
+import { createTransportNode } from '@ioa/transport'
+import { openNodeStore } from './data-dir.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { attempt } from './logging.js'
 import type { IoaGateway, IoaGatewayInit, IoaNodeInit } from './ioa-node.js'
@@ -33,7 +34,7 @@ export async function startGateway (
 ): Promise<NodeGateway> {
   const { listen, bootstrap, domain, privateNetwork, ...rest } = g
   const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
-  const { datastore, owned } = await openDatastore({ dataDir: dir })
+  const { datastore, owned } = await openNodeStore({ dataDir: dir, newIdentity: init.newIdentity, keyGiven: init.transport?.privateKey != null })
   let innerNode: TransportNode | undefined
   let inner: Interconnect | undefined
   try {

@@ -10,9 +10,10 @@
 import '@ioa/transport/polyfill'
 
 export { createIoaNode, initFromConfig, LayerError } from './ioa-node.js'
+export { DataDirError, DataDirLockedError, DataDirCorruptError, DataDirUnavailableError, IdentityMissingError } from './errors.js'
 export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, NodeTaskEvent, IoaGateway, IoaGatewayInit } from './ioa-node.js'
-export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema } from './config.js'
-export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig } from './config.js'
+export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema, MAX_TIMER_MS } from './config.js'
+export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig, LoadConfigOptions } from './config.js'
 export { startFromConfig } from './start.js'
 export { DOMAIN_PSK_ENV, DOMAIN_PSK_FILE_ENV } from './domain-key.js'
 export type { DomainKeyOptions } from './domain-key.js'

@@ -7,8 +7,9 @@
  */
 import { RevocationStore, createOrchestrator, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
 import { createInterconnect } from '@ioa/interconnect'
-import { createTransportNode, openDatastore } from '@ioa/transport'
+import { createTransportNode } from '@ioa/transport'
 import { defaultLogger } from '@libp2p/logger'
+import { openNodeStore } from './data-dir.js'
 import { LayerError } from './errors.js'
 import { TaskEvents, observed } from './events.js'
 import { closeOwned, startGateway } from './gateway.js'
@@ -68,6 +69,16 @@ export interface IoaNodeInit {
    * @default {}
    */
   keyStore?: KeyStoreInit
+
+  /**
+   * Let a `dataDir` that holds state but no node key start with a new
+   * identity (`ioa start --new-identity`); without it such a directory is
+   * refused with `IdentityMissingError` (`IDENTITY_MISSING`). A new or empty
+   * directory never needs it.
+   *
+   * @default false
+   */
+  newIdentity?: boolean
 
   /**
    * Organisation of the hosted agents
@@ -348,9 +359,7 @@ class DefaultIoaNode implements IoaNode {
  * their handlers.
  */
 export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
-  const { datastore, owned } = init.datastore != null
-    ? { datastore: init.datastore, owned: false }
-    : await openDatastore({ dataDir: init.dataDir })
+  const { datastore, owned } = await openNodeStore({ ...init, keyGiven: init.transport?.privateKey != null })
   const closeStore = async (): Promise<void> => { await closeOwned(datastore, owned) }
 
   let transport: TransportNode | undefined

@@ -5,6 +5,7 @@
  */
 import { pathToFileURL } from 'node:url'
 import { defaultLogger } from '@libp2p/logger'
+import { programProblem } from './agents/program.js'
 import { ConfigError, parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
 import { startExternalAgent } from './external-agent.js'
@@ -102,12 +103,21 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     try {
       mod = await import(pathToFileURL(a.module).href)
     } catch (err: any) {
-      throw new ConfigError(`Cannot load agent module ${a.module}: ${err?.message ?? err}`, `agents.${i}.module`)
+      const hint = err?.code === 'ERR_UNKNOWN_FILE_EXTENSION' && /\.[cm]?ts$/.test(a.module)
+        ? ' (this Node.js loads JavaScript modules only: compile it with tsc and name the .js file, or run node with a TypeScript loader such as --import tsx)'
+        : ''
+      throw new ConfigError(`Cannot load agent module ${a.module}: ${err?.message ?? err}${hint}`, `agents.${i}.module`)
     }
     if (typeof mod.default !== 'function') {
       throw new ConfigError(`Agent module ${a.module} has no default export function`, `agents.${i}.module`)
     }
     modules.push({ ref: a, impl: mod.default as AgentModule })
+  }
+  for (const [i, a] of (c.agents ?? []).entries()) {
+    // `node` is the Node.js running this process (below)
+    if (a.command == null || a.command[0] === 'node') continue
+    const problem = await programProblem(a.command[0])
+    if (problem != null) throw new ConfigError(`Agent ${a.key}: cannot run its command: ${problem}`, `agents.${i}.command`)
   }
 
   const keyOptions = { env: options.env ?? process.env, cwd: options.cwd }

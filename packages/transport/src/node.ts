@@ -223,8 +223,9 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   }
 
   const providerTtl = init.providerTtl ?? 600_000
-  if (!Number.isFinite(providerTtl) || providerTtl < 1000) {
-    throw new InvalidArgumentError(`providerTtl must be at least 1000 ms, got ${providerTtl}`)
+  // above 2^31-1 ms Node.js timers fire after 1 ms: the reprovider would spin
+  if (!Number.isFinite(providerTtl) || providerTtl < 1000 || providerTtl > 2_147_483_647) {
+    throw new InvalidArgumentError(`providerTtl must be 1000 to 2147483647 ms (the longest timer delay), got ${providerTtl}`)
   }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
   const { datastore, owned } = await openDatastore(init)

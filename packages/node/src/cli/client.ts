@@ -3,11 +3,8 @@
  * state (peer key) in a data directory, joined through bootstrap peers,
  * stopped before the command exits.
  */
-import { access, mkdir } from 'node:fs/promises'
-import { join } from 'node:path'
 import { defaultLogger } from '@libp2p/logger'
 import { multiaddr } from '@multiformats/multiaddr'
-import { LevelDatastore } from 'datastore-level'
 import delay from 'delay'
 import { createIoaNode } from '../ioa-node.js'
 import { attempt } from '../logging.js'
@@ -15,6 +12,7 @@ import { passphraseFromEnv } from '../passphrase.js'
 import { peerOf } from './args.js'
 import { CliError, oneLine } from './errors.js'
 import type { IoaNode } from '../ioa-node.js'
+import type { LevelDatastore } from 'datastore-level'
 import type { Output } from './output.js'
 
 export interface ClientInit {
@@ -42,7 +40,8 @@ export interface Client {
  * Start a client node and wait (at most `timeout`) until it is connected to
  * a bootstrap peer and, unless `dht: false`, its DHT routing table is not
  * empty. Throws `BOOTSTRAP_UNREACHABLE` (exit 1) when that does not happen
- * and `DATA_DIR_LOCKED` when another process holds the data directory.
+ * and `DataDirError`s (`DATA_DIR_LOCKED`, `DATA_DIR_CORRUPT`, …) when the
+ * data directory cannot be opened.
  */
 export async function openClient (init: ClientInit): Promise<Client> {
   const datastore = await openDataDir(init.dataDir)
@@ -86,31 +85,8 @@ export async function withClient<T> (init: ClientInit, fn: (client: Client) => P
 }
 
 async function openDataDir (dir: string): Promise<LevelDatastore> {
-  try {
-    await mkdir(dir, { recursive: true, mode: 0o700 })
-  } catch (err: any) {
-    throw new CliError('DATA_DIR_UNAVAILABLE', `Cannot create the data directory ${dir}: ${err?.code ?? err?.message ?? err}`, { exit: 2, field: '--data-dir' })
-  }
-  const store = new LevelDatastore(dir)
-  try {
-    await store.open()
-  } catch (err) {
-    throw await dataDirError(dir, err)
-  }
-  return store
-}
-
-/**
- * The error to report when a LevelDB data directory does not open. LevelDB
- * locks its LOCK file: when that file exists, another process holds the
- * directory (datastore-level keeps only the message of the cause).
- */
-export async function dataDirError (dir: string, err: unknown): Promise<CliError> {
-  const locked = await access(join(dir, 'LOCK')).then(() => true, () => false)
-  if (locked) {
-    return new CliError('DATA_DIR_LOCKED', `The data directory ${dir} is in use by another ioa process (one at a time): wait for it to finish, or pass --data-dir <another dir>`, { field: '--data-dir' })
-  }
-  return new CliError('DATA_DIR_UNAVAILABLE', `Cannot open the data directory ${dir}: ${oneLine(String((err as Error)?.message ?? err))}`, { field: '--data-dir' })
+  const { openDataDir } = await import('../data-dir.js')
+  return openDataDir(dir, { field: '--data-dir' })
 }
 
 /** Dial the bootstrap peers, then wait for a DHT peer; returns the peers connected to */

@@ -44,10 +44,17 @@ export interface ErrorReport {
   exit: number
 }
 
+/** Errors of the node that the user fixes before trying again (exit 2), each naming its field */
+const USAGE_ERRORS = new Set(['ConfigError', 'KeyStoreError', 'DataDirCorruptError', 'IdentityMissingError'])
+/** Errors of the node that name their field but may pass when tried again (exit 1) */
+const FIELD_ERRORS = new Set(['DataDirLockedError', 'DataDirUnavailableError'])
+
 /**
- * The report of any error: CLI errors keep their code and exit status, a
- * `ConfigError` or `KeyStoreError` exits 2 naming its field, typed errors of the layers keep
- * their code and exit 1, anything else is `ERROR`.
+ * The report of any error: CLI errors keep their code and exit status; a
+ * `ConfigError`, `KeyStoreError`, `DataDirCorruptError` or
+ * `IdentityMissingError` exits 2 naming its field; a `DataDirLockedError` or
+ * `DataDirUnavailableError` exits 1 naming its field; other typed errors of
+ * the layers keep their code and exit 1; anything else is `ERROR`.
  */
 export function errorReport (err: unknown): ErrorReport {
   const e = err as { name?: unknown, code?: unknown, message?: unknown, field?: unknown, exit?: unknown } | undefined
@@ -55,7 +62,9 @@ export function errorReport (err: unknown): ErrorReport {
   const code = typeof e?.code === 'string' && e.code !== '' ? e.code : 'ERROR'
   const field = typeof e?.field === 'string' ? e.field : undefined
   if (err instanceof CliError) return { code, message, exit: err.exit, ...(field != null ? { field } : {}) }
-  if (e?.name === 'ConfigError' || e?.name === 'KeyStoreError') return { code, message, exit: EXIT.usage, ...(field != null ? { field } : {}) }
+  const name = typeof e?.name === 'string' ? e.name : ''
+  if (USAGE_ERRORS.has(name)) return { code, message, exit: EXIT.usage, ...(field != null ? { field } : {}) }
+  if (FIELD_ERRORS.has(name)) return { code, message, exit: EXIT.failed, ...(field != null ? { field } : {}) }
   return { code, message, exit: EXIT.failed }
 }
 

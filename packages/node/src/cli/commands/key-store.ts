@@ -67,14 +67,8 @@ async function withDataDir<T> (dir: string, fn: (store: Datastore) => Promise<T>
   if (!await access(dir).then(() => true, () => false)) {
     throw new CliError('DATA_DIR_UNAVAILABLE', `No data directory at ${dir}`, { exit: EXIT.usage, field: '--data-dir' })
   }
-  const { LevelDatastore } = await import('datastore-level')
-  const { dataDirError } = await import('../client.js')
-  const store = new LevelDatastore(dir)
-  try {
-    await store.open()
-  } catch (err) {
-    throw await dataDirError(dir, err)
-  }
+  const { openDataDir } = await import('../../data-dir.js')
+  const store = await openDataDir(dir, { field: '--data-dir' })
   try {
     return await fn(store)
   } finally {

@@ -6,7 +6,7 @@
 import { resolve } from 'node:path'
 import { defaultLogger } from '@libp2p/logger'
 import { enableLogging } from '../../logging.js'
-import { parseMultiaddr } from '../args.js'
+import { parseDid, parseMultiaddr } from '../args.js'
 import { UsageError, errorReport } from '../errors.js'
 import { compact, elapsed } from '../output.js'
 import type { NodeConfig } from '../../config.js'
@@ -40,10 +40,12 @@ export interface EventLine {
 export const startCommand: CommandSpec = {
   name: 'start',
   summary: 'run a node (its agents, gateway) from a config file until Ctrl-C',
-  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--gateway-bootstrap <multiaddr>]... [--log <namespaces>] [--json]'],
+  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--trust-root <did>]... [--gateway-bootstrap <multiaddr>]... [--new-identity] [--log <namespaces>] [--json]'],
   description: [
     'Starts the node described by the config file (see docs/cli.md and the config reference), with the',
     'flags replacing the config\'s fields, and prints what happens until SIGINT or SIGTERM stops it.',
+    '${NAME} in the config file\'s string values is replaced by the environment variable ($${ is a',
+    'literal ${; an unset variable exits 2 naming it).',
     'With --json, stdout carries JSON lines: {"type":"ready",…} first, then {"type":"event",…} per',
     'event, and {"type":"stopped"} after a clean stop.',
     'With --log, the debug logs of those namespaces (ioa:node, ioa:node:agents, :config, :gateway, :keys,',
@@ -55,6 +57,8 @@ export const startCommand: CommandSpec = {
     bootstrap: { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer to join through, with /p2p/ (replaces the config\'s bootstrap)' },
     'data-dir': { type: 'string', value: '<dir>', description: 'LevelDB state directory (replaces the config\'s dataDir; default: in memory)' },
     domain: { type: 'string', value: '<domain>', description: 'domain of the hosted agents (replaces the config\'s domain)' },
+    'trust-root': { type: 'string', multiple: true, value: '<did>', description: 'accepted root principal of delegation chains, a did:key (replaces the config\'s tasks.roots)' },
+    'new-identity': { type: 'boolean', description: 'let a data directory that holds state but no node key get a new identity (never needed for a new directory)' },
     'gateway-bootstrap': { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer of the domain network the gateway joins (sets gateway.bootstrap)' },
     log: { type: 'string', value: '<namespaces>', description: 'debug log namespaces to stderr, as DEBUG takes them (e.g. \'ioa:*\', \'ioa:node*,libp2p:dial*\')' }
   },
@@ -67,10 +71,10 @@ export const startCommand: CommandSpec = {
 }
 
 /** The config of the file with the flags applied, validated */
-export async function startConfig (args: Args, cwd: string): Promise<NodeConfig> {
+export async function startConfig (args: Args, cwd: string, env: Record<string, string | undefined> = process.env): Promise<NodeConfig> {
   const { loadConfig, parseConfig } = await import('../../config.js')
   const file = args.string('config')
-  const base: NodeConfig = file != null ? await loadConfig(resolve(cwd, file)) : {}
+  const base: NodeConfig = file != null ? await loadConfig(resolve(cwd, file), { env }) : {}
   const config: NodeConfig = { ...base }
   const listen = await Promise.all(args.strings('listen').map(async a => parseMultiaddr(a, '--listen', false)))
   if (listen.length > 0) config.listen = listen
@@ -80,6 +84,8 @@ export async function startConfig (args: Args, cwd: string): Promise<NodeConfig>
   if (dataDir != null) config.dataDir = resolve(cwd, dataDir)
   const domain = args.string('domain')
   if (domain != null) config.domain = domain
+  const roots = await Promise.all(args.strings('trust-root').map(async r => parseDid(r, '--trust-root')))
+  if (roots.length > 0) config.tasks = { ...config.tasks, roots }
   const gatewayBootstrap = await Promise.all(args.strings('gateway-bootstrap').map(async a => parseMultiaddr(a, '--gateway-bootstrap', true)))
   if (gatewayBootstrap.length > 0) {
     if (config.gateway == null) throw new UsageError('--gateway-bootstrap: the config runs no gateway (add a "gateway" section)', '--gateway-bootstrap')
@@ -124,7 +130,7 @@ async function runStart (args: Args, ctx: CommandContext): Promise<number> {
     // before the node is created, so that its loggers see the namespaces
     enableLogging(namespaces)
   }
-  const config = await startConfig(args, ctx.cwd)
+  const config = await startConfig(args, ctx.cwd, ctx.env)
 
   // events that happen while the node starts wait for the ready line
   let pending: NodeLogEvent[] | undefined = []
@@ -139,16 +145,8 @@ async function runStart (args: Args, ctx: CommandContext): Promise<number> {
 
   out.progress('starting the node…')
   const { startFromConfig } = await import('../../start.js')
-  let started: StartedNode
-  try {
-    started = await startFromConfig(config, { onEvent, env: ctx.env, cwd: ctx.cwd })
-  } catch (err) {
-    if ((err as Error)?.name === 'OpenFailedError' && config.dataDir != null) {
-      const { dataDirError } = await import('../client.js')
-      throw await dataDirError(config.dataDir, err)
-    }
-    throw err
-  }
+  // a data directory that does not open is a typed DataDirError (docs/cli.md, "Errors")
+  const started: StartedNode = await startFromConfig(config, { onEvent, env: ctx.env, cwd: ctx.cwd, ...(args.flag('new-identity') ? { overrides: { newIdentity: true } } : {}) })
   const ready = readyLine(started)
   if (out.json) out.emit(ready)
   else printHeader(out, ready, t0)

@@ -254,3 +254,18 @@ export function fromRemote (err: unknown): unknown {
   // codes of the layer below (e.g. NOT_EXPORTED from a gateway) keep their names too
   return interconnectFromRemote(err)
 }
+
+/**
+ * A handler's result cannot be encoded (DAG-CBOR: no functions, symbols,
+ * `BigInt` beyond 64 bits, `NaN`, class instances…; `undefined` map values
+ * are dropped first): the task fails with this code
+ */
+export class ResultNotEncodableError extends CollabError {
+  static override name = 'ResultNotEncodableError'
+  static code = 'RESULT_NOT_ENCODABLE'
+  constructor (message = 'Result is not encodable', options?: ErrorOptions) {
+    super(ResultNotEncodableError.code, message, options)
+    this.name = ResultNotEncodableError.name
+  }
+}
+BY_CODE.set(ResultNotEncodableError.code, ResultNotEncodableError)

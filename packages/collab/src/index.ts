@@ -20,7 +20,7 @@ export {
   capabilityCovers, skillCovers, isSkillPattern, isTokenCid, newNonce,
   TOKEN_VERSION, TOKEN_SIG_PREFIX, TOKEN_LIMITS, DEFAULT_MAX_DEPTH, DEFAULT_CLOCK_SKEW
 } from './auth/delegation.js'
-export type { Capability, TokenPayload, Token, DelegateInit, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
+export type { Capability, TokenPayload, Token, DelegateInit, DelegateOptions, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
 export {
   createRevocation, verifyRevocation, parseRevocation, encodeRevocation, decodeRevocation, revocationCid,
   revocationSigningBytes, revocationAuthorities, RevocationStore, createRevocationService,
@@ -43,6 +43,9 @@ export type { Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, VerifyEn
 // bounds of the replay cache and the revocation store (issue 9, items 3a and 3b)
 export type { ReplayCacheStats, ReplayOutcome } from './auth/envelope.js'
 export { RevocationQuotaError } from './errors.js'
+// issue 11: results that cannot be encoded, the executor's events
+export { ResultNotEncodableError } from './errors.js'
+export type { ExecutorEvent, ExecutorTaskInfo } from './tasks/api.js'
 export type { CreateRevocationOptions } from './auth/revocation.js'
 export type { RevocationLimits, RevocationLimitsInit } from './auth/revocation-limits.js'
 export {

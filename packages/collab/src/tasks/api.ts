@@ -22,6 +22,46 @@ export type TaskEvent =
   /** Requester side only, never on the wire: the lease lapsed; the stream ends */
   | { type: 'lapsed', taskId: string, state?: TaskState, lastSeen: number, error: TaskError }
 
+/** Who and what a served task is about, in every executor event */
+export interface ExecutorTaskInfo {
+  /** The executing agent */
+  agent: Did
+  skill: string
+  taskId: string
+  /** The agent that sent the request */
+  caller: Did
+  /** Root principal of the task's delegation chain */
+  root: Did
+  /** ms since the epoch */
+  at: number
+}
+
+/**
+ * What the executor did with a request, as the requester sees it: a handler
+ * started; the task ended (`task-completed`, or `task-failed` with its final
+ * state and error, exactly as the requester's stream ends); or the request
+ * was refused before any handler ran (`task-refused`: verification, policy,
+ * approval, admission). Reported to `TaskServiceInit.onEvent`.
+ */
+export type ExecutorEvent =
+  | ({ type: 'task-started' } & ExecutorTaskInfo)
+  | ({ type: 'task-completed', duration: number } & ExecutorTaskInfo)
+  | ({ type: 'task-failed', state: 'failed' | 'canceled', duration: number, error: TaskError } & ExecutorTaskInfo)
+  | {
+    type: 'task-refused'
+    /** The error code the requester got (`POLICY_DENIED`, `ESCALATION`, `PRINCIPAL_MISMATCH`, …) */
+    code: string
+    message: string
+    /** The submitting peer */
+    peer: string
+    /** The fields below are those the request named; absent when it could not be parsed */
+    agent?: Did
+    skill?: string
+    taskId?: string
+    caller?: Did
+    at: number
+  }
+
 export interface TaskRequest {
   /** The capability to invoke */
   skill: string
@@ -96,6 +136,13 @@ export interface TaskServiceComponents {
 }
 
 export interface TaskServiceInit {
+  /**
+   * Told what the executor did with every request (started, ended, refused);
+   * a listener that throws is logged and ignored
+   *
+   * @default undefined
+   */
+  onEvent?: (event: ExecutorEvent) => void
   /** Task snapshots and idempotency keys @default an in-memory datastore */
   datastore?: Datastore
   /** Call-time policy for every served skill */

@@ -72,6 +72,8 @@ export interface Live {
   abandonTimer?: ReturnType<typeof setTimeout>
   /** Until when the task's envelope could be replayed (kept at least that long) */
   keepUntil: number
+  /** When the handler started (absent while it has not) */
+  startedAt?: number
 }
 
 export class HandlerContext implements SkillContext {

@@ -103,7 +103,11 @@ export interface TaskGatewayInit {
 
 /** A submit that came to the relay */
 export type RelayEvent =
-  | { type: 'relayed', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string }
+  /**
+   * Relayed to the executor; told once the executor decided: `refused` when
+   * it refused the task (a verification error, or `rejected` by its policy)
+   */
+  | { type: 'relayed', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string, refused?: { code: string, message: string } }
   | { type: 'refused', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string, code: string, message: string }
 
 export interface TaskGatewayStats {
@@ -405,7 +409,15 @@ class DefaultTaskGateway implements TaskGateway {
       this.tell({ type: 'refused', ...base, code: typeof e?.code === 'string' ? e.code : 'REFUSED', message: String(e?.message ?? err) })
       throw err
     }
-    this.tell({ type: 'relayed', ...base })
+    // told once the executor decided (its first state after `submitted`, or its refusal)
+    let told = false
+    const relayed = (refused?: { code: string, message: string }): void => {
+      if (told) return
+      told = true
+      if (refused != null) this.log('relayed task %s of %s from %s, refused by executor: %s %s', task, to, peer, refused.code, refused.message)
+      else this.log('relayed task %s of %s from %s', task, to, peer)
+      this.tell({ type: 'relayed', ...base, ...(refused != null ? { refused } : {}) })
+    }
     // held from now on, so that a concurrent submit of the id from another peer is refused
     const reserved = !this.owners.has(key)
     if (reserved) this.remember(key, owner)
@@ -416,8 +428,17 @@ class DefaultTaskGateway implements TaskGateway {
         // an idempotent repeat follows the earlier task, under its own id
         const id = eventTaskId(event)
         if (id !== task && !this.owners.has(DefaultTaskGateway.key(to, id))) this.remember(DefaultTaskGateway.key(to, id), owner)
+        if (event.type === 'status' && event.task.state !== 'submitted') {
+          relayed(event.task.state === 'rejected' ? { code: event.task.error?.code ?? 'REJECTED', message: event.task.error?.message ?? 'Rejected' } : undefined)
+        }
       })
+    } catch (err) {
+      // an error the executor sent back (not a failure to reach it)
+      const e = err as { code?: unknown, message?: unknown, remote?: unknown }
+      if (!accepted && e?.remote === true && typeof e.code === 'string') relayed({ code: e.code, message: String(e.message ?? err) })
+      throw err
     } finally {
+      relayed()
       // refused by the executor (or never reached): the id is not ours
       if (reserved && !accepted && this.owners.get(key) === owner) this.owners.delete(key)
     }

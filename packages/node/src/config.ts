@@ -45,13 +45,23 @@ const PeerIdString = z.string().regex(/^[1-9A-HJ-NP-Za-km-z]{46,60}$/, 'a libp2p
 const DidString = z.string().regex(/^did:key:z[1-9A-HJ-NP-Za-km-z]+$/, 'a did:key identifier')
 const Multiaddr = z.string().regex(/\/p2p\/[1-9A-HJ-NP-Za-km-z]+$/, 'a multiaddr ending in /p2p/<peer id>')
 
+/** A skill name or pattern of a token (`shop.order`, `shop.*`, `*`): the capability grammar of spec/interconnect.md */
+const SkillPattern = z.string().max(130).regex(/^(\*|[a-z][a-z0-9-]{0,31}(\.[a-z][a-z0-9-]{0,31}){0,7}(\.\*)?)$/, 'a skill name or pattern such as shop.order, shop.* or *')
+
 const TasksConfig = z.object({
   /** Executor heartbeat interval in ms; a requester reports a lapse after 3× this @default 1_000 */
   leaseInterval: z.number().int().min(50).max(20_000).optional(),
   /** Accepted root principals of delegation chains @default any */
   roots: z.array(DidString).max(256).optional(),
-  /** Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs @default false */
-  enforceConstraints: z.boolean().optional(),
+  /**
+   * Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs:
+   * `true` for every skill, or `{ skills, ignore }`: only the skills these names or patterns cover,
+   * without the constraint keys of `ignore` @default false
+   */
+  enforceConstraints: z.union([z.boolean(), z.object({
+    skills: z.array(SkillPattern).min(1).max(64).optional(),
+    ignore: z.array(z.string().min(1).max(64)).max(32).optional()
+  }).strict()]).optional(),
   /** Longest delegation chain @default 8 */
   maxDepth: z.number().int().min(1).max(32).optional(),
   /** Clock skew tolerated on token and envelope times, ms @default 30_000 */

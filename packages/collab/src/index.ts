@@ -45,7 +45,7 @@ export type { ReplayCacheStats, ReplayOutcome } from './auth/envelope.js'
 export { RevocationQuotaError } from './errors.js'
 // issue 11: results that cannot be encoded, the executor's events
 export { ResultNotEncodableError } from './errors.js'
-export type { ExecutorEvent, ExecutorTaskInfo } from './tasks/api.js'
+export type { ExecutorEvent, ExecutorTaskInfo, CallOptions } from './tasks/api.js'
 export type { CreateRevocationOptions } from './auth/revocation.js'
 export type { RevocationLimits, RevocationLimitsInit } from './auth/revocation-limits.js'
 export {

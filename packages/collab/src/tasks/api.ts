@@ -111,6 +111,25 @@ export interface SkillContext extends TaskScope {
   progress(message: unknown): void
   /** Add an artifact (streamed as an artifact event) */
   artifact(artifact: unknown): void
+  /**
+   * Call another agent on behalf of this task and wait for its result: `to`
+   * (or, when undefined, the best ranked other agent found for `skill`)
+   * runs `skill` as a subtask, under a token the executing agent delegates
+   * from the task's chain, narrowed to `skill` (and to `options.constraints`,
+   * which must be as tight as the chain's), valid no longer than the chain or
+   * the call. The subtask's deadline is the task's or the call's, its budget
+   * comes out of the task's. Throws the subtask's typed error; a call stopped
+   * by the task's end or `options.signal` cancels the subtask.
+   */
+  call(to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
+}
+
+export interface CallOptions {
+  /** Constraints of the delegated capability @default those of the task's chain for the skill */
+  constraints?: Record<string, unknown>
+  /** Longest wait for the result, ms (the task's deadline, when nearer, wins) @default 60_000 */
+  timeout?: number
+  signal?: AbortSignal
 }
 
 export type SkillHandler = (input: unknown, ctx: SkillContext) => unknown
@@ -131,8 +150,8 @@ export interface TaskServiceComponents {
   logger: ComponentLogger
   /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` */
   messaging: Pick<Messaging, 'handle' | 'handleStream' | 'unhandle' | 'request' | 'stream'>
-  /** Hosted agents (senders, local executors), agent routes, and the ranking feedback of finished tasks */
-  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'>
+  /** Hosted agents (senders, local executors), agent routes, the ranking feedback of finished tasks, and discovery for `ctx.call` without a callee */
+  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'> & Partial<Pick<Interconnect, 'discoverAll'>>
 }
 
 export interface TaskServiceInit {

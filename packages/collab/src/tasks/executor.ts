@@ -28,6 +28,7 @@ import {
 } from './model.js'
 import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
+import type { SubtaskCaller } from './subtask-call.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
@@ -63,6 +64,8 @@ export class TaskExecutor {
   private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly onEvent?: (event: ExecutorEvent) => void
+  /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
+  subtasks?: SubtaskCaller
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
@@ -508,6 +511,10 @@ export class TaskExecutor {
         const copy = a.value
         this.update(live, cleanSnapshot({ ...live.record.snapshot, artifacts: [...live.record.snapshot.artifacts, copy], updatedAt: Date.now() }))
         this.emit(live, { type: 'artifact', task: live.record.snapshot, artifact: copy })
+      },
+      call: async (c, to, skill, input, options) => {
+        if (this.subtasks == null) throw new UnauthorizedError('This executor makes no calls')
+        return await this.subtasks.call(live.record.agent, c, to, skill, input, options)
       }
     })
     void (async () => {

@@ -286,12 +286,15 @@ describe('delegation, tasks and revocation', () => {
     const invocation = json(await ioa(['delegate', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--constraint', 'maxAmount=5', '--constraint', 'note=hi', '--proof', '@user.token', '--expires', '10m', '--out', 'invocation.token', '--json']))
     expect(invocation.payload).toMatchObject({ iss: senderDid, aud: agentDid })
     const [byDid, byCapability] = await Promise.all([
-      ioa(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--input', '{"amount":1}', '--proof', '@invocation.token', '--proof', '@user.token', '--bootstrap', addr, '--json']),
-      ioa(['submit', '--key', 'sender.key', '--capability', 'demo', '--skill', 'demo.echo', '--input', '{"amount":2}', '--proof', '@user.token', '--proof', '@invocation.token', '--bootstrap', addr, '--json', '--data-dir', join(dir, 'invocation-home')])
+      ioa(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--input', '{"amount":1,"audience":true}', '--proof', '@invocation.token', '--proof', '@user.token', '--bootstrap', addr, '--json']),
+      ioa(['submit', '--key', 'sender.key', '--capability', 'demo', '--skill', 'demo.echo', '--input', '{"amount":2,"audience":true}', '--proof', '@user.token', '--proof', '@invocation.token', '--bootstrap', addr, '--json', '--data-dir', join(dir, 'invocation-home')])
     ])
     for (const [run, amount] of [[byDid, 1], [byCapability, 2]] as const) {
       expect(run.code, run.stderr).toBe(0)
-      expect(jsonLines(run.stdout).at(-1)).toMatchObject({ type: 'result', state: 'completed', result: { echoed: { amount } } })
+      const events = jsonLines(run.stdout)
+      expect(events.at(-1)).toMatchObject({ type: 'result', state: 'completed', result: { echoed: { amount, audience: true } } })
+      // the executor is the chain's audience: it may delegate further
+      expect(events.some(e => e.type === 'status' && e.task.messages.includes(`audience ${agentDid}`)), run.stdout).toBe(true)
     }
     const id = jsonLines(byDid.stdout)[0].taskId
     const done = await until(() => lines.find(l => l.event === 'task-completed' && l.data.taskId === id), { what: 'the invoked task\'s task-completed event' })

@@ -117,8 +117,8 @@ export interface SkillContext extends TaskScope {
    * runs `skill` as a subtask, under a token the executing agent delegates
    * from the task's chain, narrowed to `skill` (and to `options.constraints`,
    * which must be as tight as the chain's), valid no longer than the chain or
-   * the call. The subtask's deadline is the task's or the call's, its budget
-   * comes out of the task's. Throws the subtask's typed error; a call stopped
+   * the call. The subtask's deadline is the task's or the call's, whichever
+   * is sooner; it gets a budget only from `options.budget`. Throws the subtask's typed error; a call stopped
    * by the task's end or `options.signal` cancels the subtask.
    */
   call(to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
@@ -129,6 +129,8 @@ export interface CallOptions {
   constraints?: Record<string, unknown>
   /** Longest wait for the result, ms (the task's deadline, when nearer, wins) @default 60_000 */
   timeout?: number
+  /** Budget handed to the subtask, taken out of the task's (`BudgetExceededError` when it is not there) @default none */
+  budget?: number
   signal?: AbortSignal
 }
 

@@ -3,8 +3,8 @@
  * executing agent delegates to the callee a token narrowed from the task's
  * chain (the capability of the chain that covers the skill, or tighter
  * constraints the caller asks for; valid no longer than the chain and the
- * call), submits the subtask under it as a child of the task (deadline and
- * budget), waits for its result, and cancels it when the call is abandoned.
+ * call), submits the subtask under it (deadline within the task's; a budget
+ * only when asked for, out of the task's), waits for its result, and cancels it when the call is abandoned.
  * External agents' `call` messages go through the same code (their bridge
  * calls `ctx.call`).
  */
@@ -60,9 +60,11 @@ export class SubtaskCaller {
       }, { signal })
       submitted = { to: callee, taskId: crypto.randomUUID() }
       this.log('%s of task %s: subtask %s to %s for %s', id, ctx.task.id, submitted.taskId, callee, skill)
+      // a budget is handed on only when asked for (taken out of the task's)
       const done = await this.tasks.submitAndWait(self.identity, callee, {
-        skill, input: input ?? null, proofs: [token, ...ctx.chain.path], deadline, taskId: submitted.taskId
-      }, { signal, parent: ctx })
+        skill, input: input ?? null, proofs: [token, ...ctx.chain.path], deadline, taskId: submitted.taskId,
+        ...(options.budget != null ? { budget: options.budget } : {})
+      }, { signal, ...(options.budget != null ? { parent: ctx } : {}) })
       return done.result ?? null
     } catch (err) {
       const reason = signal.aborted ? signal.reason : err

@@ -26,6 +26,7 @@ import { CanceledError } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
 import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
+import { linked } from './signals.js'
 import type { TaskEvent } from './api.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
@@ -152,26 +153,6 @@ function checkOption (name: string, value: number, min = 1): number {
     throw new RangeError(`Invalid task gateway option ${name}=${value}`)
   }
   return value
-}
-
-/** A signal aborted with `a` or `b`; `done()` unlinks it */
-function linked (a: AbortSignal, b: AbortSignal): { signal: AbortSignal, done(): void } {
-  const controller = new AbortController()
-  const onA = (): void => { controller.abort(a.reason) }
-  const onB = (): void => { controller.abort(b.reason) }
-  if (a.aborted) onA()
-  else if (b.aborted) onB()
-  else {
-    a.addEventListener('abort', onA, { once: true })
-    b.addEventListener('abort', onB, { once: true })
-  }
-  return {
-    signal: controller.signal,
-    done: () => {
-      a.removeEventListener('abort', onA)
-      b.removeEventListener('abort', onB)
-    }
-  }
 }
 
 class DefaultTaskGateway implements TaskGateway {

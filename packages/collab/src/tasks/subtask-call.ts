@@ -9,9 +9,9 @@
  * calls `ctx.call`).
  */
 import { isCapability, isDid } from '@ioa/interconnect'
-import { anySignal } from 'any-signal'
 import { capabilityCovers, capabilityFor, delegate } from '../auth/delegation.js'
 import { DeadlineExceededError, NoProviderError, UnauthorizedError } from '../errors.js'
+import { linked } from './signals.js'
 import type { CallOptions, SkillContext, TaskService, TaskServiceComponents } from './api.js'
 import type { Capability } from '../auth/delegation.js'
 import type { Did } from '@ioa/interconnect'
@@ -46,7 +46,7 @@ export class SubtaskCaller {
     const expiry = new AbortController()
     const timer = setTimeout(() => { expiry.abort(new DeadlineExceededError(`Call of ${skill} timed out`)) }, Math.max(0, deadline - Date.now()))
     timer.unref?.()
-    const signal = anySignal([ctx.signal, options.signal, expiry.signal])
+    const { signal, done: unlink } = linked(ctx.signal, options.signal, expiry.signal)
     let submitted: { to: Did, taskId: string } | undefined
     try {
       const callee = to ?? await this.provider(agent, skill, signal)
@@ -79,7 +79,7 @@ export class SubtaskCaller {
       throw reason
     } finally {
       clearTimeout(timer)
-      signal.clear()
+      unlink()
     }
   }
 

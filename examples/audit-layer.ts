@@ -250,7 +250,7 @@ export interface AuditLayer extends IoaLayer {
   stats(): AuditStats
 }
 
-type FinishedTask = Exclude<NodeTaskEvent, { type: 'task-started' }>
+type FinishedTask = Exclude<NodeTaskEvent, { type: 'task-started' | 'task-refused' }>
 
 function positiveInt (value: number | undefined, fallback: number, max: number, what: string): number {
   const v = value ?? fallback
@@ -303,7 +303,7 @@ export function auditLayer (init: AuditLayerInit = {}): AuditLayer {
   }
 
   function onTask (event: NodeTaskEvent): void {
-    if (event.type === 'task-started' || stopping != null) return
+    if (event.type === 'task-started' || event.type === 'task-refused' || stopping != null) return
     if (stats.pending >= maxPending) {
       stats.dropped++
       return

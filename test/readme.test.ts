@@ -34,11 +34,17 @@
  *   `examples/**`), so `npm test` typechecks it; `test/examples.test.ts` runs
  *   the examples.
  */
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { mkdtemp, rm, symlink } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { dirname, join, relative, resolve, sep } from 'node:path'
+import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import { describe, expect, it } from 'vitest'
+import { until } from './util.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const SKIP_DIRS = new Set(['node_modules', 'dist', 'coverage', '.git'])
@@ -339,4 +345,71 @@ describe('the README checker', () => {
     expect(repository.typechecked('packages/node/src/index.ts')).toBe(true)
     expect(repository.typechecked('examples/node.json')).toBe(false)
   })
+})
+
+// ---------------------------------------------------------------------------
+// the README's `ioa` block runs as written (issue 11 item 5)
+
+const BIN = join(ROOT, 'packages/node/bin/ioa.js')
+
+/** The commands of the first ```sh block of a README section: continuation lines joined, comments dropped */
+function shellCommands (readme: string, heading: string): string[] {
+  const section = readme.slice(readme.indexOf(heading))
+  const block = /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? ''
+  return block.replace(/\\\n\s*/g, ' ').split('\n').map(l => l.replace(/\s+# .*$/, '').trim()).filter(l => l !== '')
+}
+
+/** Run one line in bash, `npx ioa` being this repository's built bin */
+async function sh (line: string, cwd: string, env: Record<string, string>): Promise<{ code: number | null, stdout: string, stderr: string }> {
+  const npx = `npx () { if [ "$1" = ioa ]; then shift; "${process.execPath}" "${BIN}" "$@"; else command npx "$@"; fi; }`
+  const child = spawn('bash', ['-c', `${npx}\n${line}`], { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (c: string) => { stdout += c })
+  child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000)
+  const [code] = await once(child, 'close') as [number | null]
+  clearTimeout(timer)
+  return { code, stdout, stderr }
+}
+
+describe('the README\'s ioa block', () => {
+  it('runs as written: start, discover, keys, a per-skill delegation, submit with it, task', async () => {
+    const commands = shellCommands(readFileSync(join(ROOT, 'README.md'), 'utf8'), '## The `ioa` command')
+    expect(commands[0]).toMatch(/^npx ioa start /)
+    const dir = await mkdtemp(join(tmpdir(), 'readme-cli-'))
+    await symlink(join(ROOT, 'scenarios'), join(dir, 'scenarios'))
+    const env: Record<string, string> = { IOA_HOME: join(dir, 'home') }
+    delete process.env.IOA_BOOTSTRAP
+    const [, ...startArgs] = commands[0].split(/\s+/).slice(1)
+    const node = spawn(process.execPath, [BIN, ...startArgs, '--json'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })
+    const lines: any[] = []
+    createInterface({ input: node.stdout }).on('line', l => { lines.push(JSON.parse(l)) })
+    try {
+      const ready = await until(() => lines[0], { timeout: 30_000, what: 'the node\'s ready line' })
+      let submitted: { task: string, to: string } | undefined
+      for (const line of commands.slice(1)) {
+        const exported = /^export IOA_BOOTSTRAP=/.exec(line)
+        if (exported != null) {
+          env.IOA_BOOTSTRAP = ready.addresses[0]
+          continue
+        }
+        const run = await sh(submitted != null ? line.replace('<task id>', submitted.task).replace('did:key:z6Mk…', submitted.to) : line, dir, env)
+        expect(run.code, `${line}\n${run.stderr}`).toBe(0)
+        const printed = /^task (\S+) {2}\S+ → (did:key:\S+)/m.exec(run.stdout)
+        if (/ioa submit /.test(line)) {
+          expect(printed, run.stdout).not.toBeNull()
+          expect(run.stdout).toContain('completed')
+          expect(run.stdout).toContain('"stop"')
+          submitted = { task: printed![1], to: printed![2] }
+        }
+        if (/ioa discover /.test(line)) expect(run.stdout).toContain('Maps')
+      }
+      expect(submitted).toBeDefined()
+    } finally {
+      node.kill('SIGKILL')
+      await once(node, 'exit').catch(() => {})
+      await rm(dir, { recursive: true, force: true })
+    }
+  }, 180_000)
 })

@@ -101,12 +101,21 @@ export class RevocationQuotaError extends withCode(CollabError, 'REVOCATION_QUOT
   static override name = 'RevocationQuotaError'
 }
 
+/**
+ * A handler's result cannot be encoded (DAG-CBOR: no functions, symbols,
+ * `BigInt` beyond 64 bits, `NaN`, class instances…; `undefined` map values
+ * are dropped first): the task fails with this code
+ */
+export class ResultNotEncodableError extends withCode(CollabError, 'RESULT_NOT_ENCODABLE', 'Result is not encodable') {
+  static override name = 'ResultNotEncodableError'
+}
+
 /** The classes whose codes `fromRemote` turns back into them */
 const FAMILY = new ErrorFamily<CollabError>(CollabError).register(
   InvalidTokenError, TokenExpiredError, TokenNotYetValidError, EscalationError, PrincipalMismatchError, ChainTooDeepError,
   RevokedError, InvalidSignatureError, InvalidEnvelopeError, ReplayError, EnvelopeExpiredError, UnauthorizedError,
   PolicyDeniedError, ApprovalRequiredError, DeadlineExceededError, BudgetExceededError, UnknownTaskError, InvalidPlanError,
-  PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError
+  PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError, ResultNotEncodableError
 )
 
 /**

@@ -20,7 +20,7 @@ export {
 export {
   delegate, tokenCid, verifyChain, capabilityFor, capabilityCovers, skillCovers, isSkillPattern
 } from './auth/delegation.js'
-export type { Capability, TokenPayload, Token, DelegateInit, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
+export type { Capability, TokenPayload, Token, DelegateInit, DelegateOptions, VerifiedChain, VerifyChainOptions } from './auth/delegation.js'
 export { VerificationCache } from './auth/verification-cache.js'
 export type { VerificationCacheInit, VerificationCacheStats } from './auth/verification-cache.js'
 export {
@@ -42,6 +42,9 @@ export {
   allowAll, constraintPolicy, rateLimitPolicy, timeWindowPolicy, approvalPolicy, allOf, createApproval, verifyApproval
 } from './auth/policy.js'
 export type { Policy, PolicyContext, Decision, ConstraintPolicyInit, RateLimitInit, TimeWindowInit, Approval, VerifyApprovalOptions } from './auth/policy.js'
+// issue 11: results that cannot be encoded, the executor's events, calls from a handler
+export { ResultNotEncodableError } from './errors.js'
+export type { ExecutorEvent, ExecutorTaskInfo, CallOptions } from './tasks/api.js'
 export { isTerminal, InvalidTransitionError, TaskLimitError } from './tasks/model.js'
 export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits } from './tasks/model.js'
 export { createTaskService, taskService, LeaseLapsedError } from './tasks/service.js'

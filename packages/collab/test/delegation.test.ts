@@ -73,7 +73,8 @@ describe('spec/collab-delegation.md test vectors', () => {
       proofs
     }
     if (t.payload.nbf != null) init.notBefore = t.payload.nbf
-    return delegate(ids[t.issuer], init)
+    // the escalation vector is a token delegate() refuses to sign by default
+    return delegate(ids[t.issuer], init, { verify: false })
   }
 
   it('principals: seed -> did:key', () => {
@@ -162,8 +163,9 @@ beforeAll(async () => {
 
 const PAY: Capability = { skill: 'payment.pay', constraints: { maxAmount: 300, currency: ['EUR'] } }
 
+/** A token as anyone could sign it (without delegate()'s issue-time check: these tests are about the verifier) */
 async function grant (from: Identity, to: Identity, over: Partial<DelegateInit> = {}): Promise<Token> {
-  return delegate(from, { audience: to.did, capabilities: [PAY], expiresAt: T0 + HOUR, notBefore: T0, ...over })
+  return delegate(from, { audience: to.did, capabilities: [PAY], expiresAt: T0 + HOUR, notBefore: T0, ...over }, { verify: false })
 }
 
 /** user -> car -> hotel -> pay, each narrower */
@@ -528,6 +530,37 @@ describe('verifyChain', () => {
     // equal and narrower children are fine, and may add constraints
     const ok = await grant(car, hotel, { capabilities: [{ skill: 'payment.pay', constraints: { maxAmount: 100, currency: ['EUR'], payee: hotel.did } }], notBefore: T0 + MIN, expiresAt: T0 + HOUR - 1, proofs: [parent] })
     await verifyChain(ok, [parent], { now })
+  })
+
+  it('escalation errors name the skill or constraint exceeded, and both values (issue 11 item 14)', async () => {
+    const parent = await grant(user, car, { capabilities: [{ skill: 'payment.pay', constraints: { maxAmount: 300, currency: ['EUR'] } }] })
+    const messageOf = async (cap: Capability): Promise<string> => {
+      const child = await grant(car, hotel, { capabilities: [cap], proofs: [parent] })
+      const err = await rejectionOf(verifyChain(child, [parent], { now }))
+      expect(err.name).toBe('EscalationError')
+      return err.message
+    }
+    expect(await messageOf({ skill: 'payment.pay', constraints: { maxAmount: 500, currency: ['EUR'] } })).toMatch(/payment\.pay .*constraint maxAmount is 500, the proof allows at most 300/)
+    expect(await messageOf({ skill: 'payment.pay', constraints: { maxAmount: 100 } })).toMatch(/constraint currency \(\["EUR"\] in the proof\) is dropped/)
+    expect(await messageOf({ skill: 'payment.pay', constraints: { maxAmount: 100, currency: ['EUR', 'USD'] } })).toMatch(/constraint currency is \["EUR","USD"\], not within the proof's \["EUR"\]/)
+    expect(await messageOf({ skill: 'payment.*', constraints: { maxAmount: 100, currency: ['EUR'] } })).toMatch(/skill payment\.\* is not within payment\.pay/)
+  })
+
+  it('delegate() refuses to sign a token that escalates its proof, unless told not to check (issue 11 item 8)', async () => {
+    const parent = await delegate(user, { audience: car.did, capabilities: [{ skill: 'shop.*', constraints: { maxAmount: 500 } }], expiresAt: T0 + HOUR })
+    const wider: DelegateInit = { audience: hotel.did, capabilities: [{ skill: 'shop.order', constraints: { maxAmount: 800 } }], expiresAt: T0 + HOUR, proofs: [parent] }
+    const err = await rejectionOf(delegate(car, wider))
+    expect(err.name).toBe('EscalationError')
+    expect(err.code).toBe('ESCALATION')
+    expect(err.message).toMatch(/shop\.order .*maxAmount is 800, the proof allows at most 500/)
+    expect((await rejectionOf(delegate(car, { ...wider, capabilities: [{ skill: 'shop.order', constraints: { maxAmount: 100 } }], expiresAt: T0 + HOUR + 1 }))).message).toMatch(/expires after its proof 0/)
+    // a proof addressed to someone else
+    expect((await rejectionOf(delegate(hotel, { ...wider, capabilities: [{ skill: 'shop.order', constraints: { maxAmount: 100 } }] }))).name).toBe('PrincipalMismatchError')
+    // a narrower one is signed; verify: false signs anything well-formed (for tests of verifiers)
+    const ok = await delegate(car, { ...wider, capabilities: [{ skill: 'shop.order', constraints: { maxAmount: 100 } }] })
+    await verifyChain(ok, [parent], { now })
+    const forged = await delegate(car, wider, { verify: false })
+    expect(await codeOf(verifyChain(forged, [parent], { now }))).toBe('ESCALATION')
   })
 
   it('escalation deep in the chain is found from the leaf', async () => {

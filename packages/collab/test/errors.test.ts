@@ -29,7 +29,8 @@ const EXPECTED: Array<[string, string, string]> = [
   ['PlannerFailedError', 'PLANNER_FAILED', 'Planner failed'],
   ['NoProviderError', 'NO_PROVIDER', 'No provider for a capability'],
   ['StepFailedError', 'STEP_FAILED', 'Plan step failed'],
-  ['RevocationQuotaError', 'REVOCATION_QUOTA', 'Revocation store quota exceeded']
+  ['RevocationQuotaError', 'REVOCATION_QUOTA', 'Revocation store quota exceeded'],
+  ['ResultNotEncodableError', 'RESULT_NOT_ENCODABLE', 'Result is not encodable']
 ]
 
 describe('collab errors', () => {

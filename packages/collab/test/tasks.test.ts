@@ -177,7 +177,7 @@ describe('task protocol over TCP', () => {
       capabilities: [{ skill: 'payment.pay', constraints: { maxAmount: 1_000, currency: 'EUR' } }],
       expiresAt: carToken.payload.exp,
       proofs: [carToken]
-    })
+    }, { verify: false })
     const err = await rejectionOf(tsC.submitAndWait(hotel.did, payment.did, { skill: 'payment.pay', input: { amount: 900, currency: 'EUR' }, proofs: [wider, carToken] }))
     expect(err.name).toBe('EscalationError')
     expect(err.code).toBe('ESCALATION')

@@ -16,11 +16,33 @@ import type { Directory } from './directory.js'
 import type { HistoryBook } from './history.js'
 import type { Defaults } from './options.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
-import type { DiscoveredAgent, DiscoverOptions } from './types.js'
+import type { DiscoveredAgent, DiscoverOptions, DiscoverWait } from './types.js'
 import type { Logger, PeerInfo } from '@libp2p/interface'
 
 /** Default time a lookup may take, in ms */
 export const LOOKUP_TIMEOUT = 10_000
+
+/** Bounds of `DiscoverOptions.wait` and the pauses between its lookups, ms */
+const WAIT_MAX_AGENTS = 1_000
+const WAIT_MAX_TIMEOUT = 600_000
+const WAIT_FIRST_PAUSE = 100
+const WAIT_MAX_PAUSE = 2_000
+
+function checkWait (wait: DiscoverWait): void {
+  if (wait == null || typeof wait !== 'object') throw new RangeError('wait must be { atLeast, timeout }')
+  if (!Number.isInteger(wait.atLeast) || wait.atLeast < 1 || wait.atLeast > WAIT_MAX_AGENTS) throw new RangeError(`wait.atLeast must be an integer 1-${WAIT_MAX_AGENTS}`)
+  if (!Number.isFinite(wait.timeout) || wait.timeout <= 0 || wait.timeout > WAIT_MAX_TIMEOUT) throw new RangeError(`wait.timeout must be 1-${WAIT_MAX_TIMEOUT} ms`)
+}
+
+/** Wait `ms`, or until `signal` aborts (then throw its reason) */
+async function sleep (ms: number, signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted()
+  await new Promise<void>((resolve, reject) => {
+    const onAbort = (): void => { clearTimeout(timer); reject(signal?.reason) }
+    const timer = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, Math.max(0, ms))
+    signal?.addEventListener('abort', onAbort, { once: true })
+  })
+}
 
 /**
  * Keep the addresses a DHT provider record carries, so the card fetch can dial
@@ -176,11 +198,28 @@ export class Discovery {
   }
 
   async discoverAll (query: DiscoveryQuery, options: DiscoverOptions = {}): Promise<DiscoveredAgent[]> {
-    const results: DiscoveredAgent[] = []
-    for await (const r of this.discover(query, { ...options, limit: undefined })) {
-      results.push(r)
+    const { wait, ...once } = options
+    const found = new Map<string, DiscoveredAgent>()
+    const lookup = async (o: DiscoverOptions): Promise<void> => {
+      for await (const r of this.discover(query, { ...o, limit: undefined })) found.set(r.card.id, r)
     }
-    results.sort((a, b) => b.score - a.score)
+    if (wait == null) {
+      await lookup(once)
+    } else {
+      checkWait(wait)
+      const end = Date.now() + wait.timeout
+      await lookup({ ...once, timeout: Math.min(once.timeout ?? LOOKUP_TIMEOUT, wait.timeout) })
+      let pause = WAIT_FIRST_PAUSE
+      while (found.size < wait.atLeast && Date.now() < end) {
+        await sleep(Math.min(pause, end - Date.now()), options.signal)
+        pause = Math.min(2 * pause, WAIT_MAX_PAUSE)
+        const left = end - Date.now()
+        if (left <= 0) break
+        await lookup({ ...once, cache: false, timeout: Math.min(once.timeout ?? LOOKUP_TIMEOUT, left) })
+      }
+      this.log('waited for %d agent(s) of %s: %d found', wait.atLeast, query.capability, found.size)
+    }
+    const results = [...found.values()].sort((a, b) => b.score - a.score)
     return options.limit != null ? results.slice(0, options.limit) : results
   }
 }

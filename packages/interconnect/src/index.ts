@@ -14,7 +14,7 @@ export { componentsFromNode } from './components.js'
 export type { InterconnectComponents } from './components.js'
 export type {
   Interconnect, InterconnectService, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
-  DiscoveredAgent, DiscoverOptions, SendOptions, CardQuery, CardSource, Forwarder
+  DiscoveredAgent, DiscoverOptions, DiscoverWait, SendOptions, CardQuery, CardSource, Forwarder
 } from './types.js'
 export type { InterconnectCacheStats } from './caches.js'
 export type { AgentHistory, Outcome } from './history.js'

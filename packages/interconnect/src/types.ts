@@ -244,6 +244,23 @@ export interface DiscoverOptions extends AbortOptions {
   timeout?: number
   /** Use cached results when fresh @default true */
   cache?: boolean
+  /**
+   * `discoverAll` only: look up again (without the cache, pausing 100 ms,
+   * then twice as long each time up to 2 s) until at least `atLeast` agents
+   * are found or `timeout` ms have passed, then return what was found (no
+   * polling loop in the caller)
+   *
+   * @default undefined (one lookup)
+   */
+  wait?: DiscoverWait
+}
+
+/** How long `discoverAll` waits for enough agents (`DiscoverOptions.wait`) */
+export interface DiscoverWait {
+  /** Agents to wait for (1-1,000) */
+  atLeast: number
+  /** Longest wait, in ms (1-600,000) */
+  timeout: number
 }
 
 export interface SendOptions extends AbortOptions {

@@ -59,7 +59,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       abandonAfter: c.tasks?.abandonAfter,
       ...(c.tasks != null ? taskLimitsOf(c.tasks) : {}),
       ...(c.tasks?.retention != null ? { retention: c.tasks.retention } : {}),
-      ...(c.tasks?.enforceConstraints === true ? { policy: constraintPolicy() } : {})
+      ...constraintsOf(c.tasks?.enforceConstraints)
     },
     ...(c.gateway != null
       ? {
@@ -77,6 +77,13 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       : {})
   }
   return withApprovalRules(init, c.tasks?.approvals)
+}
+
+/** The constraint policy of `tasks.enforceConstraints`: every skill, or the skills named, without the keys ignored */
+function constraintsOf (e: TasksConfig['enforceConstraints']): Pick<TaskServiceInit, 'policy'> {
+  if (e == null || e === false) return {}
+  if (e === true) return { policy: constraintPolicy() }
+  return { policy: constraintPolicy({ ...(e.skills != null ? { skills: e.skills } : {}), ...(e.ignore != null ? { ignore: e.ignore } : {}) }) }
 }
 
 /** The fair-share limits a config sets (unset ones keep the service's defaults) */

@@ -60,13 +60,23 @@ const ApprovalRule = z.object({
 }).strict()
 
 
+/** A skill name or pattern of a token (`shop.order`, `shop.*`, `*`): the capability grammar of spec/interconnect.md */
+const SkillPattern = z.string().max(130).regex(/^(\*|[a-z][a-z0-9-]{0,31}(\.[a-z][a-z0-9-]{0,31}){0,7}(\.\*)?)$/, 'a skill name or pattern such as shop.order, shop.* or *')
+
 const TasksConfig = z.object({
   /** Executor heartbeat interval in ms; a requester reports a lapse after 3× this @default 1_000 */
   leaseInterval: duration(50, 20_000).optional(),
   /** Accepted root principals of delegation chains @default any */
   roots: z.array(DidString).max(256).optional(),
-  /** Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs @default false */
-  enforceConstraints: z.boolean().optional(),
+  /**
+   * Enforce the constraints of the authorizing capability (maxAmount, currency, …) on task inputs:
+   * `true` for every skill, or `{ skills, ignore }`: only the skills these names or patterns cover,
+   * without the constraint keys of `ignore` @default false
+   */
+  enforceConstraints: z.union([z.boolean(), z.object({
+    skills: z.array(SkillPattern).min(1).max(64).optional(),
+    ignore: z.array(z.string().min(1).max(64)).max(32).optional()
+  }).strict()]).optional(),
   /** Tasks that wait for their root principal's approval (spec/collab-tasks.md 4.2) @default [] (none) */
   approvals: z.array(ApprovalRule).max(64).optional(),
   /** Longest delegation chain @default 8 */

@@ -1,10 +1,10 @@
 /**
- * The node's events: what hosted agents' handlers did (`onTask`) and what
- * its domain gateway relayed or refused (`onGateway`).
+ * The node's events: what its executor did with the requests to hosted
+ * agents (`onTask`: started, ended as the requester saw it, refused) and
+ * what its domain gateway relayed or refused (`onGateway`).
  */
 import type { NodeEvents, NodeTaskEvent } from './ioa-node.js'
-import type { RelayEvent, SkillHandler } from '@ioa/collab'
-import type { Did } from '@ioa/interconnect'
+import type { RelayEvent } from '@ioa/collab'
 import type { Logger } from '@libp2p/interface'
 
 /** Listeners of one kind of event; a listener's failure is its own (logged, the others still hear) */
@@ -48,32 +48,5 @@ export class TaskEvents implements NodeEvents {
 
   emit (event: NodeTaskEvent): void {
     this.tasks.emit(event)
-  }
-}
-
-function errorInfo (err: unknown): { code: string, message: string } {
-  const e = err as { code?: unknown, message?: unknown } | undefined
-  return {
-    code: typeof e?.code === 'string' ? e.code : 'HANDLER_ERROR',
-    message: typeof e?.message === 'string' ? e.message : String(err)
-  }
-}
-
-/** The handler, reporting its start and end to `events` */
-export function observed (events: TaskEvents, agent: Did, skill: string, handler: SkillHandler): SkillHandler {
-  return async (input, ctx) => {
-    const started = Date.now()
-    const base = { agent, skill, taskId: ctx.task.id, caller: ctx.caller, root: ctx.chain.root }
-    events.emit({ type: 'task-started', ...base, at: started })
-    try {
-      const out = await handler(input, ctx)
-      const at = Date.now()
-      events.emit({ type: 'task-completed', ...base, at, duration: at - started })
-      return out
-    } catch (err) {
-      const at = Date.now()
-      events.emit({ type: 'task-failed', ...base, at, duration: at - started, error: errorInfo(err) })
-      throw err
-    }
   }
 }

@@ -11,14 +11,14 @@ import { createTransportNode } from '@ioa/transport'
 import { defaultLogger } from '@libp2p/logger'
 import { openNodeStore } from './data-dir.js'
 import { LayerError } from './errors.js'
-import { TaskEvents, observed } from './events.js'
+import { TaskEvents } from './events.js'
 import { closeOwned, startGateway } from './gateway.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
 import { attempt } from './logging.js'
 import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
 import type {
-  DelegateInit, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
+  DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
 import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
@@ -179,14 +179,16 @@ export interface IoaLayer {
   stop?(): void | Promise<void>
 }
 
-/** What hosted agents' handlers did, as seen by the node that runs them */
-export type NodeTaskEvent =
-  | { type: 'task-started', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number }
-  | { type: 'task-completed', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number, duration: number }
-  | { type: 'task-failed', agent: Did, skill: string, taskId: string, caller: Did, root: Did, at: number, duration: number, error: { code: string, message: string } }
+/**
+ * What the node's executor did with the requests to the agents hosted here:
+ * a handler started, a task ended (`task-completed`, or `task-failed` with
+ * the state and error its requester got), a request was refused before any
+ * handler ran (`task-refused`: its code, caller and skill)
+ */
+export type NodeTaskEvent = ExecutorEvent
 
 export interface NodeEvents {
-  /** Called for every served task's start and end; returns a function that removes the listener */
+  /** Called for every served task's start, end and refusal; returns a function that removes the listener */
   onTask(listener: (event: NodeTaskEvent) => void): () => void
   /** Called for every task submit the node's domain gateway relays or refuses */
   onGateway(listener: (event: RelayEvent) => void): () => void
@@ -216,8 +218,12 @@ export interface IoaNode {
   serve(agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void>
   /** Find agents by capability, best first */
   discover(query: DiscoveryQuery, options?: DiscoverOptions): Promise<DiscoveredAgent[]>
-  /** Delegate authority from a hosted agent (or any identity) to another principal */
-  delegate(issuer: HostedAgent, init: DelegateInit): Promise<Token>
+  /**
+   * Delegate authority from a hosted agent to another principal; the token is
+   * checked against its proofs first (`EscalationError`, `PrincipalMismatchError`;
+   * `options.verify: false` skips it)
+   */
+  delegate(issuer: HostedAgent, init: DelegateInit, options?: DelegateOptions): Promise<Token>
   /** Revoke a token issued by a hosted agent and tell the network */
   revoke(issuer: HostedAgent, token: Token, options?: AbortOptions): Promise<void>
   /** Ask agent `to` to run a task, as a hosted agent; streams its events until the end */
@@ -259,11 +265,12 @@ class DefaultIoaNode implements IoaNode {
     readonly revocationStore: RevocationStore,
     readonly datastore: Datastore,
     private readonly closeStore: () => Promise<void>,
-    readonly keyStore: KeyStoreStatus
+    readonly keyStore: KeyStoreStatus,
+    events: TaskEvents
   ) {
     this.logger = transport.logger
     this.log = transport.logger.forComponent('ioa:node')
-    this.events = new TaskEvents(this.log)
+    this.events = events
     this.layers = new Layers(this.log)
   }
 
@@ -278,7 +285,7 @@ class DefaultIoaNode implements IoaNode {
   async serve (agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void> {
     for (const [skill, handler] of Object.entries(handlers)) {
       if (typeof handler !== 'function') throw new TypeError(`The handler of ${skill} is not a function`)
-      await this.tasks.serve(agent.did, skill, observed(this.events, agent.did, skill, handler))
+      await this.tasks.serve(agent.did, skill, handler)
     }
   }
 
@@ -319,8 +326,8 @@ class DefaultIoaNode implements IoaNode {
     return this.interconnect.discoverAll(query, options)
   }
 
-  async delegate (issuer: HostedAgent, init: DelegateInit): Promise<Token> {
-    return delegate(issuer.identity, init)
+  async delegate (issuer: HostedAgent, init: DelegateInit, options?: DelegateOptions): Promise<Token> {
+    return delegate(issuer.identity, init, options)
   }
 
   async revoke (issuer: HostedAgent, token: Token, options?: AbortOptions): Promise<void> {
@@ -386,13 +393,19 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       logger: transport.logger
     })
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
+    const events = new TaskEvents(transport.logger.forComponent('ioa:node'))
+    const onEvent = init.tasks?.onEvent
     const tasks = createTaskService(interconnect, {
       ...init.tasks,
+      onEvent: e => {
+        events.emit(e)
+        onEvent?.(e)
+      },
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
     })
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
-    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore)
+    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore, events)
     const log = transport.logger.forComponent('ioa:node')
     try {
       if (init.gateway != null) await node.startGateway(init.gateway, init)

@@ -153,7 +153,7 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
     const { type, ...data } = e
     const who = `${e.from.slice(0, 16)}…${e.domain != null ? ` of ${e.domain}` : ''}`
     const text = type === 'relayed'
-      ? `gateway: relayed ${e.skill} from ${who} to ${e.agent.slice(0, 16)}… inside ${node.gateway?.gateway.domain ?? 'the domain'}`
+      ? `gateway: relayed ${e.skill} from ${who} to ${e.agent.slice(0, 16)}… inside ${node.gateway?.gateway.domain ?? 'the domain'}${e.refused != null ? `, refused by executor: ${e.refused.code}` : ''}`
       : `gateway: refused ${e.skill} from ${who}: ${e.code}`
     emit('gateway', type === 'relayed' ? 'gateway-relayed' : 'gateway-refused', { ...data, text })
   })

@@ -235,6 +235,24 @@ describe('delegation, tasks and revocation', () => {
     expect(errorLine(tooLong)).toMatchObject({ code: 'ESCALATION', message: expect.stringContaining('expires after') })
     expect(notMine.code).toBe(2)
     expect(errorLine(notMine).code).toBe('PRINCIPAL_MISMATCH')
+    // the ESCALATION names the constraint (issue 11 item 14)
+    expect(errorLine(await ioa(['delegate', '--key', 'sender.key', '--to', third, '--skill', 'demo.echo', '--constraint', 'maxAmount=50', '--constraint', 'note=hi', '--proof', '@user.token', '--json'])).message)
+      .toMatch(/maxAmount is 50, the proof allows at most 10/)
+  })
+
+  it('ioa delegate takes constraints per skill: --skill \'name{key=value,…}\' (issue 11 item 6)', async () => {
+    const third = 'did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK'
+    const [own, bad] = await Promise.all([
+      ioa(['delegate', '--key', 'user.key', '--to', third, '--skill', 'shop.order{maxAmount=500,currency=["EUR","USD"]}', '--skill', 'shop.catalog', '--skill', 'shop.refund{maxAmount=50}', '--constraint', 'region=eu', '--constraint', 'maxAmount=900', '--json']),
+      ioa(['delegate', '--key', 'user.key', '--to', third, '--skill', 'shop.order{maxAmount=500', '--json'])
+    ])
+    expect(json(own).payload.cap).toEqual([
+      { skill: 'shop.order', constraints: { region: 'eu', maxAmount: 500, currency: ['EUR', 'USD'] } },
+      { skill: 'shop.catalog', constraints: { region: 'eu', maxAmount: 900 } },
+      { skill: 'shop.refund', constraints: { region: 'eu', maxAmount: 50 } }
+    ])
+    expect(bad.code).toBe(2)
+    expect(errorLine(bad)).toMatchObject({ field: '--skill' })
   })
 
   it('ioa submit follows a task to completion and ioa task shows it to the submitting peer only', async () => {
@@ -262,6 +280,29 @@ describe('delegation, tasks and revocation', () => {
     expect(shown.stdout).toContain(`task ${taskId}  demo.echo  completed`)
     expect(stranger.code).toBe(1)
     expect(errorLine(stranger).code).toBe('UNAUTHORIZED')
+  })
+
+  it('ioa submit accepts an invocation chain: a token the sender issued to --to, proven by the user\'s (issue 11 item 5)', async () => {
+    const invocation = json(await ioa(['delegate', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--constraint', 'maxAmount=5', '--constraint', 'note=hi', '--proof', '@user.token', '--expires', '10m', '--out', 'invocation.token', '--json']))
+    expect(invocation.payload).toMatchObject({ iss: senderDid, aud: agentDid })
+    const [byDid, byCapability] = await Promise.all([
+      ioa(['submit', '--key', 'sender.key', '--to', agentDid, '--skill', 'demo.echo', '--input', '{"amount":1,"audience":true}', '--proof', '@invocation.token', '--proof', '@user.token', '--bootstrap', addr, '--json']),
+      ioa(['submit', '--key', 'sender.key', '--capability', 'demo', '--skill', 'demo.echo', '--input', '{"amount":2,"audience":true}', '--proof', '@user.token', '--proof', '@invocation.token', '--bootstrap', addr, '--json', '--data-dir', join(dir, 'invocation-home')])
+    ])
+    for (const [run, amount] of [[byDid, 1], [byCapability, 2]] as const) {
+      expect(run.code, run.stderr).toBe(0)
+      const events = jsonLines(run.stdout)
+      expect(events.at(-1)).toMatchObject({ type: 'result', state: 'completed', result: { echoed: { amount, audience: true } } })
+      // the executor is the chain's audience: it may delegate further
+      expect(events.some(e => e.type === 'status' && e.task.messages.includes(`audience ${agentDid}`)), run.stdout).toBe(true)
+    }
+    const id = jsonLines(byDid.stdout)[0].taskId
+    const done = await until(() => lines.find(l => l.event === 'task-completed' && l.data.taskId === id), { what: 'the invoked task\'s task-completed event' })
+    expect(done.data).toMatchObject({ caller: senderDid, root: userDid })
+    // a token the sender issued to another agent is not for this one
+    const elsewhere = await ioa(['submit', '--key', 'sender.key', '--to', 'did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK', '--skill', 'demo.echo', '--proof', '@invocation.token', '--bootstrap', addr, '--json'])
+    expect(elsewhere.code).toBe(2)
+    expect(errorLine(elsewhere)).toMatchObject({ code: 'PRINCIPAL_MISMATCH', field: '--proof' })
   })
 
   it('ioa task --follow streams a task again after its submitter stopped following, and --cancel cancels it', async () => {

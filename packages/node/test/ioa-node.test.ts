@@ -108,7 +108,8 @@ describe('IoaNode over TCP', () => {
     expect(done.result).toEqual({ booked: true, nights: 2, for: car.did })
 
     // a token the car issued, revoked by the car, reaches the other node
-    const sub = await b.delegate(car, { audience: hotel.did, capabilities: [{ skill: 'travel.hotel.booking' }], expiresAt: Date.now() + 60_000, proofs: [grant] })
+    // (no later than its proof: a later expiry is refused at issue time, issue 11 item 8)
+    const sub = await b.delegate(car, { audience: hotel.did, capabilities: [{ skill: 'travel.hotel.booking' }], expiresAt: grant.payload.exp, proofs: [grant] })
     const cid = (await tokenCid(sub)).toString()
     await b.revoke(car, sub)
     await until(async () => (await a.revocationStore.isRevoked(cid)) || undefined, { timeout: 10_000, what: 'revocation received' })
@@ -334,6 +335,17 @@ describe('gateway role from a config, over TCP', () => {
     expect((hidden as { code?: string }).code).toBe('NOT_EXPORTED')
     expect(relays.filter(e => e.type === 'refused').map(e => e.type === 'refused' ? e.code : '')).toEqual(['NOT_EXPORTED', 'NOT_EXPORTED'])
     expect(served.some(e => e.skill === 'hospitality.rota')).toBe(false)
+
+    // admitted by the gateway, refused by the executor (the car re-delegates the phone's token): said so on both sides (issue 11 item 3)
+    const notTheCars = await delegate(user, { audience: phone.did, capabilities: [{ skill: 'travel.hotel.*' }], expiresAt: Date.now() + 60_000 })
+    const stolen = await delegate(car.identity, { audience: hotel.did, capabilities: [{ skill: 'travel.hotel.booking' }], expiresAt: notTheCars.payload.exp, proofs: [notTheCars] }, { verify: false })
+    const mismatch = await rejectionOf(cars.tasks.submitAndWait(car.identity, hotel.did, { skill: 'travel.hotel.booking', input: { nights: 1 }, proofs: [stolen, notTheCars], taskId: 'refused-inside' }))
+    expect(mismatch.code).toBe('PRINCIPAL_MISMATCH')
+    const told = await until(() => relays.find(e => e.type === 'relayed' && e.taskId === 'refused-inside'), { what: 'the relay of the refused task' })
+    expect(told).toMatchObject({ type: 'relayed', refused: { code: 'PRINCIPAL_MISMATCH' } })
+    expect(relayed).not.toHaveProperty('refused')
+    const inside = await until(() => served.find(e => e.type === 'task-refused' && e.taskId === 'refused-inside'), { what: 'the executor\'s task-refused event' })
+    expect(inside).toMatchObject({ code: 'PRINCIPAL_MISMATCH', caller: car.did, skill: 'travel.hotel.booking', agent: hotel.did })
   }, 90_000)
 })
 

@@ -78,6 +78,82 @@ export function capabilityCovers (parent: Capability, child: Capability): boolea
   return true
 }
 
+function shown (value: unknown): string {
+  try {
+    const text = JSON.stringify(value)
+    return text.length > 80 ? `${text.slice(0, 77)}...` : text
+  } catch {
+    // not JSON (a value no token can hold): say what it is
+    return typeof value
+  }
+}
+
+/**
+ * Why capability `parent` does not cover `child`, in words that name the
+ * skill or the constraint (and both values); undefined when it covers it
+ */
+export function whyNotCovered (parent: Capability, child: Capability): string | undefined {
+  if (!skillCovers(parent.skill, child.skill)) return `skill ${child.skill} is not within ${parent.skill}`
+  const pc = parent.constraints ?? {}
+  const cc = child.constraints ?? {}
+  for (const key of Object.keys(pc)) {
+    if (!Object.prototype.hasOwnProperty.call(cc, key)) return `constraint ${key} (${shown(pc[key])} in the proof) is dropped`
+    if (tighter(key, pc[key], cc[key])) continue
+    if (key.startsWith('max')) return `constraint ${key} is ${shown(cc[key])}, the proof allows at most ${shown(pc[key])}`
+    if (key.startsWith('min')) return `constraint ${key} is ${shown(cc[key])}, the proof requires at least ${shown(pc[key])}`
+    if (Array.isArray(pc[key])) return `constraint ${key} is ${shown(cc[key])}, not within the proof's ${shown(pc[key])}`
+    return `constraint ${key} is ${shown(cc[key])}, the proof says ${shown(pc[key])}`
+  }
+  return undefined
+}
+
+/**
+ * The escalation error of a capability its proofs' capabilities do not
+ * cover, naming the constraint exceeded (of the proof capability with the
+ * same skill pattern, or else the first whose pattern covers the skill)
+ */
+function escalation (c: Capability, proofCaps: Capability[], where: string): EscalationError {
+  const near = proofCaps.find(pc => pc.skill === c.skill) ?? proofCaps.find(pc => skillCovers(pc.skill, c.skill))
+  const why = near != null
+    ? whyNotCovered(near, c) ?? 'not covered'
+    : `skill ${c.skill} is not within ${proofCaps.map(pc => pc.skill).join(', ')}`
+  return new EscalationError(`Capability ${c.skill} of ${where} escalates its proof: ${why}`)
+}
+
+/**
+ * The checks of one link of a chain, between a token and one of its direct
+ * proofs (`token` and `proof` name them in errors): the proof is addressed
+ * to the token's issuer, the token is valid within the proof's period
+ */
+function checkLink (p: Token['payload'], token: string, pp: Token['payload'], proof: string): void {
+  const upper = (s: string): string => s.charAt(0).toUpperCase() + s.slice(1)
+  if (pp.aud !== p.iss) {
+    throw new PrincipalMismatchError(`${upper(proof)} is addressed to ${pp.aud}, not to ${p.iss} who issued ${token}`)
+  }
+  if (p.exp > pp.exp) {
+    throw new EscalationError(`${upper(token)} expires after ${proof} (${new Date(p.exp).toISOString()} > ${new Date(pp.exp).toISOString()})`)
+  }
+  if ((p.nbf ?? 0) < (pp.nbf ?? 0)) throw new EscalationError(`${upper(token)} starts before ${proof}`)
+}
+
+/** Every capability of a token is covered by one of its proofs' capabilities */
+function checkAttenuation (p: Token['payload'], token: string, proofCaps: Capability[]): void {
+  for (const c of p.cap) {
+    if (!proofCaps.some(pc => capabilityCovers(pc, c))) throw escalation(c, proofCaps, token)
+  }
+}
+
+/**
+ * @internal The issue-time check of a token against its direct proofs
+ * (`delegate()`): principal alignment, validity period and attenuation.
+ * The proofs' own chains are not verified here.
+ */
+export function checkAgainstProofs (payload: Token['payload'], proofs: Token[]): void {
+  if (proofs.length === 0) return
+  proofs.forEach((pr, i) => { checkLink(payload, 'the new token', pr.payload, `its proof ${i}`) })
+  checkAttenuation(payload, 'the new token', proofs.flatMap(pr => pr.payload.cap))
+}
+
 /** The first capability of the leaf (in token order) that covers `skill` */
 export function capabilityFor (chain: VerifiedChain, skill: string): Capability | undefined {
   if (typeof skill !== 'string') return undefined
@@ -196,12 +272,7 @@ export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked
     for (const parentCid of p.prf) {
       const parent = byCid.get(parentCid)
       if (parent == null) throw new InvalidTokenError(`Proof ${short(parentCid)} of token ${short(cid)} is missing`)
-      const pp = parent.payload
-      if (pp.aud !== p.iss) {
-        throw new PrincipalMismatchError(`Proof ${short(parentCid)} is addressed to ${pp.aud}, not to ${p.iss} who issued ${short(cid)}`)
-      }
-      if (p.exp > pp.exp) throw new EscalationError(`Token ${short(cid)} expires after its proof ${short(parentCid)}`)
-      if ((p.nbf ?? 0) < (pp.nbf ?? 0)) throw new EscalationError(`Token ${short(cid)} starts before its proof ${short(parentCid)}`)
+      checkLink(p, `token ${short(cid)}`, parent.payload, `proof ${short(parentCid)}`)
       proofs.push({ cid: parentCid, node: await visit(parentCid, parent, depth + 1) })
     }
 
@@ -221,11 +292,7 @@ export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked
         height = Math.max(height, node.height + 1)
         for (const i of node.issuers) issuers.add(i)
       }
-      for (const c of p.cap) {
-        if (!proofs.some(({ node }) => node.token.payload.cap.some(pc => capabilityCovers(pc, c)))) {
-          throw new EscalationError(`Capability ${c.skill} of token ${short(cid)} is not covered by any of its proofs`)
-        }
-      }
+      checkAttenuation(p, `token ${short(cid)}`, proofs.flatMap(({ node }) => node.token.payload.cap))
     }
 
     if (isRevoked != null && await isRevoked(cid, [...issuers])) {

@@ -16,6 +16,7 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { InvalidSignatureError, InvalidTokenError } from '../errors.js'
 import { definedKeys, isPlainMap, onlyKeys as strictKeys } from '../shape.js'
+import { checkAgainstProofs } from './chain.js'
 import { signWith } from './ed25519.js'
 import { defaultVerificationCache } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
@@ -398,20 +399,37 @@ export function newNonce (): string {
   return base64url.baseEncode(randomBytes(16))
 }
 
+export interface DelegateOptions {
+  signal?: AbortSignal
+  /**
+   * Check the new token against its proofs before signing it: each proof is
+   * addressed to the issuer, the token's validity lies within theirs and its
+   * capabilities are covered by theirs (`PrincipalMismatchError`,
+   * `EscalationError` naming the constraint). The proofs' own chains are
+   * verified by {@link verifyChain}, by whoever receives the token.
+   *
+   * @default true
+   */
+  verify?: boolean
+}
+
 /**
- * Sign a delegation from `issuer` to `init.audience`. The capabilities are
- * validated but not checked against the proofs: {@link verifyChain} does that.
+ * Sign a delegation from `issuer` to `init.audience`. The token is checked
+ * against its proofs first (attenuation, principals, time; see
+ * `options.verify`): a token that escalates its proof is never signed.
  */
-export async function delegate (issuer: Identity, init: DelegateInit, options: { signal?: AbortSignal } = {}): Promise<Token> {
+export async function delegate (issuer: Identity, init: DelegateInit, options: DelegateOptions = {}): Promise<Token> {
   options.signal?.throwIfAborted()
   if (init == null || typeof init !== 'object') throw new InvalidTokenError('delegate() needs an init object')
   const proofs = init.proofs ?? []
   if (!Array.isArray(proofs)) throw new InvalidTokenError('proofs must be a list of tokens')
   const prf: string[] = []
+  const parents: Token[] = []
   let latestNbf = 0
   for (const p of proofs) {
     const { token, bytes } = checkToken(p)
     prf.push((await cidOfBytes(bytes)).toString())
+    parents.push(token)
     latestNbf = Math.max(latestNbf, token.payload.nbf ?? 0)
   }
   const nbf = init.notBefore ?? (latestNbf > 0 ? latestNbf : undefined)
@@ -425,6 +443,7 @@ export async function delegate (issuer: Identity, init: DelegateInit, options: {
     nonce: init.nonce ?? newNonce(),
     prf
   })
+  if (options.verify !== false) checkAgainstProofs(payload, parents)
   const sig = await signWith(issuer, tokenSigningBytes(payload))
   options.signal?.throwIfAborted()
   return checkToken({ payload, sig }).token

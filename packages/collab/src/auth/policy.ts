@@ -10,6 +10,7 @@ import {
   ApprovalRequiredError, InvalidEnvelopeError, InvalidSignatureError, UnauthorizedError
 } from '../errors.js'
 import { isMap } from '../shape.js'
+import { isSkillPattern, skillCovers } from './delegation.js'
 import { TASK_ID_PATTERN } from './envelope.js'
 import type { Capability, VerifiedChain } from './delegation.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -67,6 +68,15 @@ export interface ConstraintPolicyInit {
    * @default []
    */
   ignore?: string[]
+  /**
+   * Skill names or patterns (`shop.order`, `shop.*`) whose calls are
+   * checked; calls to other skills pass whatever the constraints say (a
+   * capped `shop.*` grant then does not fail `shop.catalog`, which takes no
+   * amount)
+   *
+   * @default every skill
+   */
+  skills?: string[]
 }
 
 /**
@@ -83,8 +93,16 @@ export interface ConstraintPolicyInit {
  */
 export function constraintPolicy (init: ConstraintPolicyInit = {}): Policy {
   const ignore = new Set(init.ignore ?? [])
+  const skills = init.skills
+  if (skills != null) {
+    if (!Array.isArray(skills)) throw new RangeError('skills must be a list of skill names or patterns')
+    for (const p of skills) {
+      if (!isSkillPattern(p)) throw new RangeError(`skills: "${String(p).slice(0, 80)}" is not a skill name or pattern`)
+    }
+  }
   return {
     decide (ctx) {
+      if (skills != null && !skills.some(p => skillCovers(p, ctx.skill))) return ALLOW
       const constraints = ctx.capability.constraints
       if (constraints == null) return ALLOW
       const keys = Object.keys(constraints).filter(k => !ignore.has(k))

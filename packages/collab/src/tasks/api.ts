@@ -23,6 +23,46 @@ export type TaskEvent =
   /** Requester side only, never on the wire: the lease lapsed; the stream ends */
   | { type: 'lapsed', taskId: string, state?: TaskState, lastSeen: number, error: TaskError }
 
+/** Who and what a served task is about, in every executor event */
+export interface ExecutorTaskInfo {
+  /** The executing agent */
+  agent: Did
+  skill: string
+  taskId: string
+  /** The agent that sent the request */
+  caller: Did
+  /** Root principal of the task's delegation chain */
+  root: Did
+  /** ms since the epoch */
+  at: number
+}
+
+/**
+ * What the executor did with a request, as the requester sees it: a handler
+ * started; the task ended (`task-completed`, or `task-failed` with its final
+ * state and error, exactly as the requester's stream ends); or the request
+ * was refused before any handler ran (`task-refused`: verification, policy,
+ * approval, admission). Reported to `TaskServiceInit.onEvent`.
+ */
+export type ExecutorEvent =
+  | ({ type: 'task-started' } & ExecutorTaskInfo)
+  | ({ type: 'task-completed', duration: number } & ExecutorTaskInfo)
+  | ({ type: 'task-failed', state: 'failed' | 'canceled', duration: number, error: TaskError } & ExecutorTaskInfo)
+  | {
+    type: 'task-refused'
+    /** The error code the requester got (`POLICY_DENIED`, `ESCALATION`, `PRINCIPAL_MISMATCH`, …) */
+    code: string
+    message: string
+    /** The submitting peer */
+    peer: string
+    /** The fields below are those the request named; absent when it could not be parsed */
+    agent?: Did
+    skill?: string
+    taskId?: string
+    caller?: Did
+    at: number
+  }
+
 export interface TaskRequest {
   /** The capability to invoke */
   skill: string
@@ -72,6 +112,27 @@ export interface SkillContext extends TaskScope {
   progress(message: unknown): void
   /** Add an artifact (streamed as an artifact event) */
   artifact(artifact: unknown): void
+  /**
+   * Call another agent on behalf of this task and wait for its result: `to`
+   * (or, when undefined, the best ranked other agent found for `skill`)
+   * runs `skill` as a subtask, under a token the executing agent delegates
+   * from the task's chain, narrowed to `skill` (and to `options.constraints`,
+   * which must be as tight as the chain's), valid no longer than the chain or
+   * the call. The subtask's deadline is the task's or the call's, whichever
+   * is sooner; it gets a budget only from `options.budget`. Throws the subtask's typed error; a call stopped
+   * by the task's end or `options.signal` cancels the subtask.
+   */
+  call(to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
+}
+
+export interface CallOptions {
+  /** Constraints of the delegated capability @default those of the task's chain for the skill */
+  constraints?: Record<string, unknown>
+  /** Longest wait for the result, ms (the task's deadline, when nearer, wins) @default 60_000 */
+  timeout?: number
+  /** Budget handed to the subtask, taken out of the task's (`BudgetExceededError` when it is not there) @default none */
+  budget?: number
+  signal?: AbortSignal
 }
 
 export type SkillHandler = (input: unknown, ctx: SkillContext) => unknown
@@ -92,11 +153,18 @@ export interface TaskServiceComponents {
   logger: ComponentLogger
   /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` */
   messaging: Pick<Messaging, 'handle' | 'handleStream' | 'unhandle' | 'request' | 'stream'>
-  /** Hosted agents (senders, local executors), agent routes, and the ranking feedback of finished tasks */
-  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'>
+  /** Hosted agents (senders, local executors), agent routes, the ranking feedback of finished tasks, and discovery for `ctx.call` without a callee */
+  interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'> & Partial<Pick<Interconnect, 'discoverAll'>>
 }
 
 export interface TaskServiceInit {
+  /**
+   * Told what the executor did with every request (started, ended, refused);
+   * a listener that throws is logged and ignored
+   *
+   * @default undefined
+   */
+  onEvent?: (event: ExecutorEvent) => void
   /** Task snapshots and idempotency keys @default an in-memory datastore */
   datastore?: Datastore
   /** Call-time policy for every served skill */

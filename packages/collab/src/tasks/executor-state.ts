@@ -4,7 +4,7 @@
  */
 import { BudgetExceededError } from '../errors.js'
 import { isTerminal } from './model.js'
-import type { SkillContext, SkillHandler, TaskEvent } from './api.js'
+import type { CallOptions, SkillContext, SkillHandler, TaskEvent } from './api.js'
 import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskRecord, TaskSnapshot } from './model.js'
@@ -72,6 +72,8 @@ export interface Live {
   abandonTimer?: ReturnType<typeof setTimeout>
   /** Until when the task's envelope could be replayed (kept at least that long) */
   keepUntil: number
+  /** When the handler started (absent while it has not) */
+  startedAt?: number
 }
 
 export class HandlerContext implements SkillContext {
@@ -84,10 +86,12 @@ export class HandlerContext implements SkillContext {
   private remaining?: number
   private readonly onProgress: (m: unknown) => void
   private readonly onArtifact: (a: unknown) => void
+  private readonly onCall: (ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions) => Promise<unknown>
 
   constructor (init: {
     task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: AbortSignal,
     deadline?: number, budget?: number, progress(m: unknown): void, artifact(a: unknown): void
+    call(ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
   }) {
     this.task = init.task
     this.caller = init.caller
@@ -98,6 +102,7 @@ export class HandlerContext implements SkillContext {
     this.remaining = init.budget
     this.onProgress = init.progress
     this.onArtifact = init.artifact
+    this.onCall = init.call
   }
 
   get budget (): number | undefined {
@@ -117,5 +122,9 @@ export class HandlerContext implements SkillContext {
 
   artifact (artifact: unknown): void {
     this.onArtifact(artifact)
+  }
+
+  async call (to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown> {
+    return this.onCall(this, to, skill, input, options)
   }
 }

@@ -20,17 +20,19 @@ import {
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
 import {
   ApprovalRequiredError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
-  NoProviderError, UnauthorizedError, UnknownTaskError
+  NoProviderError, ResultNotEncodableError, UnauthorizedError, UnknownTaskError
 } from '../errors.js'
 import { TaskAdmission, addressKey } from './admission.js'
 import { HandlerContext, Subscriber, taskKey } from './executor-state.js'
 import {
-  DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, encodedSize, isTerminal, transition
+  DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
 import { TaskRetention } from './retention.js'
-import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef, roundTrip } from './wire.js'
+import { wireValue } from './values.js'
+import type { SubtaskCaller } from './subtask-call.js'
+import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
-import type { ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
+import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
 import type { Envelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
@@ -64,6 +66,9 @@ export class TaskExecutor {
   private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly verification: VerificationCache
+  private readonly onEvent?: (event: ExecutorEvent) => void
+  /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
+  subtasks?: SubtaskCaller
   private readonly served = new Map<Did, Map<string, Served>>()
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
@@ -106,6 +111,7 @@ export class TaskExecutor {
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
     this.log = components.logger.forComponent('ioa:collab:executor')
+    this.onEvent = init.onEvent
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
       this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
     })
@@ -242,6 +248,34 @@ export class TaskExecutor {
     })
   }
 
+  /** Tell `init.onEvent` what happened to a request */
+  private report (event: ExecutorEvent): void {
+    if (this.onEvent == null) return
+    try {
+      this.onEvent(event)
+    } catch (err) {
+      // the listener's failure is its own: the task goes on
+      this.log.error('an executor event listener failed: %e', err)
+    }
+  }
+
+  /** The event of a task that reached terminal state `to`, as its requester sees it */
+  private reportEnd (live: Live, to: TaskState): void {
+    const r = live.record
+    const at = Date.now()
+    const info = { agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at }
+    const error = r.snapshot.error ?? { code: 'TASK_ENDED', message: `Task ${to}` }
+    const duration = at - (live.startedAt ?? r.snapshot.createdAt)
+    if (to === 'completed') {
+      this.report({ type: 'task-completed', ...info, duration })
+    } else if (to === 'rejected') {
+      this.log('refused task %s of %s for %s: %s %s', r.snapshot.id, r.owner, r.snapshot.skill, error.code, error.message)
+      this.report({ type: 'task-refused', code: error.code, message: error.message, peer: r.peer, agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, at })
+    } else {
+      this.report({ type: 'task-failed', ...info, state: to === 'canceled' ? 'canceled' : 'failed', duration, error })
+    }
+  }
+
   private emit (live: Live, event: TaskEvent): void {
     for (const s of live.subscribers) s.push(event)
   }
@@ -283,6 +317,7 @@ export class TaskExecutor {
     live.release()
     live.pending = undefined
     this.setState(live, to, patch)
+    this.reportEnd(live, to)
     if (!live.controller.signal.aborted) {
       const reason = patch.error?.code === DeadlineExceededError.code
         ? new DeadlineExceededError(patch.error.message)
@@ -449,6 +484,11 @@ export class TaskExecutor {
     if (pending == null) return
     live.pending = undefined
     this.setState(live, 'working')
+    live.startedAt = Date.now()
+    {
+      const r = live.record
+      this.report({ type: 'task-started', agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at: live.startedAt })
+    }
     const snapshot = live.record.snapshot
     const limits = this.limits
     const active = (): boolean => !isTerminal(live.record.snapshot.state) && live.record.snapshot.state === 'working'
@@ -462,25 +502,31 @@ export class TaskExecutor {
       budget: pending.budget,
       progress: (message) => {
         if (!active()) return
-        if (encodedSize(message, 'Progress message') > limits.maxMessageBytes) throw new TaskLimitError(`Progress message exceeds ${limits.maxMessageBytes} bytes`)
-        const messages = [...live.record.snapshot.messages, roundTrip(message ?? null)].slice(-limits.maxMessages)
+        const m = wireValue(message, 'Progress message', e => new TaskLimitError(e))
+        if (m.bytes.byteLength > limits.maxMessageBytes) throw new TaskLimitError(`Progress message exceeds ${limits.maxMessageBytes} bytes`)
+        const messages = [...live.record.snapshot.messages, m.value].slice(-limits.maxMessages)
         this.update(live, cleanSnapshot({ ...live.record.snapshot, messages, updatedAt: Date.now() }))
         this.emit(live, { type: 'status', task: live.record.snapshot })
       },
       artifact: (artifact) => {
         if (!active()) return
         if (live.record.snapshot.artifacts.length >= limits.maxArtifacts) throw new TaskLimitError(`More than ${limits.maxArtifacts} artifacts`)
-        if (encodedSize(artifact, 'Artifact') > limits.maxArtifactBytes) throw new TaskLimitError(`Artifact exceeds ${limits.maxArtifactBytes} bytes`)
-        const copy = roundTrip(artifact ?? null)
+        const a = wireValue(artifact, 'Artifact', e => new TaskLimitError(e))
+        if (a.bytes.byteLength > limits.maxArtifactBytes) throw new TaskLimitError(`Artifact exceeds ${limits.maxArtifactBytes} bytes`)
+        const copy = a.value
         this.update(live, cleanSnapshot({ ...live.record.snapshot, artifacts: [...live.record.snapshot.artifacts, copy], updatedAt: Date.now() }))
         this.emit(live, { type: 'artifact', task: live.record.snapshot, artifact: copy })
+      },
+      call: async (c, to, skill, input, options) => {
+        if (this.subtasks == null) throw new UnauthorizedError('This executor makes no calls')
+        return await this.subtasks.call(live.record.agent, c, to, skill, input, options)
       }
     })
     void (async () => {
       try {
-        const result = await pending.served.handler(pending.input, ctx)
-        if (encodedSize(result, 'Result') > limits.maxResultBytes) throw new TaskLimitError(`Result exceeds ${limits.maxResultBytes} bytes`)
-        this.finish(live, 'completed', { result: roundTrip(result ?? null) })
+        const result = wireValue(await pending.served.handler(pending.input, ctx), 'Result', m => new ResultNotEncodableError(m))
+        if (result.bytes.byteLength > limits.maxResultBytes) throw new TaskLimitError(`Result exceeds ${limits.maxResultBytes} bytes`)
+        this.finish(live, 'completed', { result: result.value })
       } catch (err) {
         this.finish(live, 'failed', { error: errorOf(err) })
       }
@@ -529,13 +575,34 @@ export class TaskExecutor {
   /** @internal also called in-process by the requester for a local agent */
   async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
     const sub = new Subscriber()
-    const task = await this.accept(payload, peer, sub, address)
+    let task: Live | TaskRecord
+    try {
+      task = await this.accept(payload, peer, sub, address)
+    } catch (err) {
+      this.refused(payload, peer, err)
+      throw err
+    }
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
       yield * this.follow(task, signal, attached ? sub : undefined)
     } finally {
       if ('record' in task) this.detach(task, sub)
     }
+  }
+
+  /** A submit refused before a task existed: logged and reported with what the request named */
+  private refused (payload: unknown, peer: string, err: unknown): void {
+    const { code, message } = errorOf(err)
+    const env = isMap(payload) && isMap(payload.envelope) && isMap(payload.envelope.payload) ? payload.envelope.payload : {}
+    const text = (v: unknown): string | undefined => typeof v === 'string' && v.length <= 256 ? v : undefined
+    const named = {
+      ...(text(env.to) != null ? { agent: text(env.to) as Did } : {}),
+      ...(text(env.skill) != null ? { skill: text(env.skill) } : {}),
+      ...(text(env.task) != null ? { taskId: text(env.task) } : {}),
+      ...(text(env.from) != null ? { caller: text(env.from) as Did } : {})
+    }
+    this.log('refused a submit from %s (%s of %s for %s): %s %s', peer, named.taskId ?? '?', named.caller ?? '?', named.skill ?? '?', code, message)
+    this.report({ type: 'task-refused', code, message, peer, ...named, at: Date.now() })
   }
 
   private async control (payload: unknown, peer: string): Promise<Live | TaskRecord> {

@@ -28,6 +28,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
 import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
 import { numberOption } from '../options.js'
+import { linked } from './signals.js'
 import type { TaskEvent } from './api.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
@@ -105,7 +106,11 @@ export interface TaskGatewayInit {
 
 /** A submit that came to the relay */
 export type RelayEvent =
-  | { type: 'relayed', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string }
+  /**
+   * Relayed to the executor; told once the executor decided: `refused` when
+   * it refused the task (a verification error, or `rejected` by its policy)
+   */
+  | { type: 'relayed', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string, refused?: { code: string, message: string } }
   | { type: 'refused', agent: Did, skill: string, taskId: string, from: Did, peer: string, domain?: string, code: string, message: string }
 
 export interface TaskGatewayStats {
@@ -145,26 +150,6 @@ const MAX_CALLERS = 4_096
 /** An option of the gateway: at least `min`, at most a timer's longest delay */
 function checkOption (name: string, value: number, min = 1): number {
   return numberOption(name, value, { min, max: 2_147_483_647 })
-}
-
-/** A signal aborted with `a` or `b`; `done()` unlinks it */
-function linked (a: AbortSignal, b: AbortSignal): { signal: AbortSignal, done(): void } {
-  const controller = new AbortController()
-  const onA = (): void => { controller.abort(a.reason) }
-  const onB = (): void => { controller.abort(b.reason) }
-  if (a.aborted) onA()
-  else if (b.aborted) onB()
-  else {
-    a.addEventListener('abort', onA, { once: true })
-    b.addEventListener('abort', onB, { once: true })
-  }
-  return {
-    signal: controller.signal,
-    done: () => {
-      a.removeEventListener('abort', onA)
-      b.removeEventListener('abort', onB)
-    }
-  }
 }
 
 class DefaultTaskGateway implements TaskGateway {
@@ -397,7 +382,15 @@ class DefaultTaskGateway implements TaskGateway {
       this.tell({ type: 'refused', ...base, code: typeof e?.code === 'string' ? e.code : 'REFUSED', message: String(e?.message ?? err) })
       throw err
     }
-    this.tell({ type: 'relayed', ...base })
+    // told once the executor decided (its first state after `submitted`, or its refusal)
+    let told = false
+    const relayed = (refused?: { code: string, message: string }): void => {
+      if (told) return
+      told = true
+      if (refused != null) this.log('relayed task %s of %s from %s, refused by executor: %s %s', task, to, peer, refused.code, refused.message)
+      else this.log('relayed task %s of %s from %s', task, to, peer)
+      this.tell({ type: 'relayed', ...base, ...(refused != null ? { refused } : {}) })
+    }
     // held from now on, so that a concurrent submit of the id from another peer is refused
     const reserved = !this.owners.has(key)
     if (reserved) this.remember(key, owner)
@@ -408,8 +401,17 @@ class DefaultTaskGateway implements TaskGateway {
         // an idempotent repeat follows the earlier task, under its own id
         const id = eventTaskId(event)
         if (id !== task && !this.owners.has(DefaultTaskGateway.key(to, id))) this.remember(DefaultTaskGateway.key(to, id), owner)
+        if (event.type === 'status' && event.task.state !== 'submitted') {
+          relayed(event.task.state === 'rejected' ? { code: event.task.error?.code ?? 'REJECTED', message: event.task.error?.message ?? 'Rejected' } : undefined)
+        }
       })
+    } catch (err) {
+      // an error the executor sent back (not a failure to reach it)
+      const e = err as { code?: unknown, message?: unknown, remote?: unknown }
+      if (!accepted && e?.remote === true && typeof e.code === 'string') relayed({ code: e.code, message: String(e.message ?? err) })
+      throw err
     } finally {
+      relayed()
       // refused by the executor (or never reached): the id is not ours
       if (reserved && !accepted && this.owners.peek(key) === owner) this.owners.delete(key)
     }

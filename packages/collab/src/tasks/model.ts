@@ -158,15 +158,6 @@ export const DEFAULT_TASK_LIMITS: Readonly<TaskLimits> = Object.freeze({
   maxTaskDuration: 3_600_000
 })
 
-/** Size of the DAG-CBOR encoding of a value; throws TaskLimitError if not encodable */
-export function encodedSize (value: unknown, what: string): number {
-  try {
-    return dagCbor.encode(value ?? null).byteLength
-  } catch (err: any) {
-    throw new TaskLimitError(`${what} is not DAG-CBOR encodable: ${err?.message ?? err}`)
-  }
-}
-
 /**
  * Copy a snapshot without `undefined` fields (DAG-CBOR has no `undefined`)
  */

@@ -11,6 +11,7 @@
  */
 import { TaskExecutor } from './executor.js'
 import { TaskRequester } from './requester.js'
+import { SubtaskCaller } from './subtask-call.js'
 import type {
   ServeOptions, SkillHandler, SubmitOptions, TaskEvent, TaskRequest, TaskService, TaskServiceComponents, TaskServiceInit
 } from './api.js'
@@ -33,6 +34,7 @@ class DefaultTaskService implements TaskService {
   constructor (components: TaskServiceComponents, init: TaskServiceInit = {}) {
     this.executor = new TaskExecutor(components, init)
     this.requester = new TaskRequester(components, this.executor, init)
+    this.executor.subtasks = new SubtaskCaller(components, this.requester, components.logger.forComponent('ioa:collab:call'))
   }
 
   async start (): Promise<void> {

@@ -1,12 +1,14 @@
 /**
  * The call bridge of an external agent: a program's `call` messages become
- * tasks submitted, as its agent, to other agents of the network, under a
- * delegation narrowed from the task they serve (when they name one).
+ * tasks submitted, as its agent, to other agents of the network. A call for
+ * a task the program serves is that task's `ctx.call` (the task service's:
+ * a delegation narrowed from the task's chain, the same code as a JS
+ * handler's); a call for no task goes under a token of the agent's own.
  * Answers go back as `call-result` / `call-error`. Spec:
  * `spec/node-agents.md`, "Calls".
  */
 import { randomUUID } from 'node:crypto'
-import { DeadlineExceededError, NoProviderError, UnauthorizedError, capabilityCovers, capabilityFor } from '@ioa/collab'
+import { DeadlineExceededError, NoProviderError } from '@ioa/collab'
 import { TASK_ID_PATTERN } from '@ioa/collab/wire'
 import { isCapability, isDid } from '@ioa/interconnect'
 import { anySignal } from 'any-signal'
@@ -14,7 +16,7 @@ import { AgentProtocolError } from '../errors.js'
 import { MAX_ID, errorCode, errorMessage, isObject } from './protocol.js'
 import type { Limits } from './limits.js'
 import type { ExternalAgentComponents } from './types.js'
-import type { Capability, SkillContext, Token } from '@ioa/collab'
+import type { Capability, SkillContext } from '@ioa/collab'
 import type { Did, HostedAgent } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
@@ -108,9 +110,19 @@ export class CallBridge {
     const signal = anySignal([this.host.lifetime, parent?.calls.signal, timeout.signal])
     let submitted: { to: Did, taskId: string } | undefined
     try {
+      if (parent != null) {
+        // on behalf of the task: its context makes the narrowed delegation and the subtask
+        this.log('call %s for task %s: %s', id, parent.id, req.skill)
+        const output = await parent.ctx.call(req.to, req.skill, req.input, {
+          signal, timeout: Math.max(1, deadline - Date.now()), ...(req.constraints != null ? { constraints: req.constraints } : {})
+        })
+        this.host.send({ type: 'call-result', id, output: output ?? null })
+        return
+      }
       const to = req.to ?? await this.provider(agent.did, req.skill, signal)
       signal.throwIfAborted()
-      const proofs = await this.proofs(agent, to, req.skill, req.constraints, deadline, parent)
+      const cap: Capability = { skill: req.skill, ...(req.constraints != null ? { constraints: req.constraints } : {}) }
+      const proofs = [await this.components.delegate(agent, { audience: to, capabilities: [cap], expiresAt: deadline })]
       signal.throwIfAborted()
       submitted = { to, taskId: randomUUID() }
       this.log('call %s: task %s to %s for %s', id, submitted.taskId, to, req.skill)
@@ -141,33 +153,5 @@ export class CallBridge {
     const best = found.find(d => d.card.id !== self && d.skills.some(s => s.id === skill))
     if (best == null) throw new NoProviderError(`No agent found for ${skill}`)
     return best.card.id
-  }
-
-  /**
-   * The proofs of a call: a token from this agent to the provider for exactly
-   * `skill`, expiring no later than the call's deadline; with a parent task,
-   * proven by the task's chain (which it follows), narrowed to the capability
-   * of that chain covering the skill.
-   */
-  private async proofs (agent: HostedAgent, to: Did, skill: string, constraints: Record<string, unknown> | undefined, deadline: number, parent?: CallParent): Promise<Token[]> {
-    if (parent == null) {
-      const cap: Capability = { skill, ...(constraints != null ? { constraints } : {}) }
-      return [await this.components.delegate(agent, { audience: to, capabilities: [cap], expiresAt: deadline })]
-    }
-    const chain = parent.ctx.chain
-    if (chain.audience !== agent.did) {
-      throw new UnauthorizedError(`Task ${parent.id} was not delegated to this agent (its chain grants ${chain.audience}), so it cannot delegate further`)
-    }
-    const granted = capabilityFor(chain, skill)
-    if (granted == null) throw new UnauthorizedError(`The chain of task ${parent.id} does not cover ${skill}`)
-    const cap: Capability = { skill, ...((constraints ?? granted.constraints) != null ? { constraints: constraints ?? granted.constraints } : {}) }
-    if (!capabilityCovers(granted, cap)) throw new UnauthorizedError(`The constraints asked for ${skill} are wider than task ${parent.id}'s`)
-    const token = await this.components.delegate(agent, {
-      audience: to,
-      capabilities: [cap],
-      expiresAt: Math.min(chain.expiresAt, deadline),
-      proofs: [chain.path[0]]
-    })
-    return [token, ...chain.path]
   }
 }

@@ -24,9 +24,11 @@ export const submitCommand: CommandSpec = {
   description: [
     'Sends a signed task request for --skill to the agent --to, or to the best-ranked agent found for',
     '--capability (--skill defaults to it), prints the task id at once, then every event as it comes',
-    'and the result. The sender\'s authority is the --proof chain (the token addressed to the sender',
-    'first is found among them); without --proof the sender signs itself a token for this one skill',
-    'and agent (the executor accepts it unless it trusts only given roots).',
+    'and the result. The sender\'s authority is the --proof chain: its leaf is a token addressed to the',
+    'sender, or an invocation token the sender issued to the executor (--to; with --capability the',
+    'provider is then that audience) whose proofs lead back to the user: the executor is then the',
+    'audience of the chain and may delegate it further. Without --proof the sender signs itself a',
+    'token for this one skill and agent (the executor accepts it unless it trusts only given roots).',
     'Exit 0 only when the task completed; 1 with the task\'s error code otherwise. Ctrl-C stops',
     'following (the task goes on: see ioa task).',
     'With --json: JSON lines {"type":"task",…}, then each task event ({"type":"status"|"artifact"|',
@@ -38,7 +40,7 @@ export const submitCommand: CommandSpec = {
     capability: { type: 'string', value: '<capability>', description: 'find the agent: the best ranked one offering --skill under this capability' },
     skill: { type: 'string', value: '<skill>', description: 'the skill to run (default: --capability)' },
     input: { type: 'string', value: '<json|@file>', description: 'the task input, JSON or @file (default null)' },
-    proof: { type: 'string', multiple: true, value: '<token|@file>', description: 'the delegation chain, leaf addressed to the sender (repeatable)' },
+    proof: { type: 'string', multiple: true, value: '<token|@file>', description: 'the delegation chain: leaf addressed to the sender, or issued by it to --to (repeatable)' },
     deadline: { type: 'string', value: '<duration>', description: 'the task fails with DEADLINE_EXCEEDED if still running after this, e.g. 30s' },
     ...CLIENT_OPTIONS
   },
@@ -69,13 +71,15 @@ export const submitCommand: CommandSpec = {
     const deadlineText = args.string('deadline')
     const deadlineMs = deadlineText != null ? parseDuration(deadlineText, '--deadline', MAX_DEADLINE) : undefined
     const given = await readTokens(args.strings('proof'), '--proof', ctx.cwd)
-    const proofs = given.length > 0 ? await chainFor(key.identity, given) : []
+    const proofs = given.length > 0 ? await chainFor(key.identity, given, target) : []
+    // an invocation token names its executor
+    const invoked = proofs[0]?.payload.aud !== key.identity.did ? proofs[0]?.payload.aud : undefined
     const bootstrap = await bootstrapList(args, ctx)
     const timeout = timeoutOf(args)
     const out = ctx.out
 
     return withClient({ bootstrap, dataDir: clientDataDir(args, ctx), timeout, signal: ctx.signal, out }, async ({ node }) => {
-      const to = target ?? await pickProvider(node, capability as string, skill, timeout, ctx.signal, out)
+      const to = target ?? await pickProvider(node, capability as string, skill, timeout, ctx.signal, out, invoked)
       const deadline = deadlineMs != null ? Date.now() + deadlineMs : undefined
       const chain = proofs.length > 0
         ? proofs
@@ -86,14 +90,18 @@ export const submitCommand: CommandSpec = {
 }
 
 /**
- * The proofs in the order of a task request: the leaf (addressed to the
- * sender, or to the executor and issued by the sender) first. The chain is
- * verified here so that a broken one is a usage error, not a remote refusal.
+ * The proofs in the order of a task request: the leaf first, an invocation
+ * token (issued by the sender to the executor, `to` when known) when there
+ * is one, else the token addressed to the sender. The chain is verified here
+ * so that a broken one is a usage error, not a remote refusal.
  */
-async function chainFor (sender: Identity, tokens: Token[]): Promise<Token[]> {
+async function chainFor (sender: Identity, tokens: Token[], to?: string): Promise<Token[]> {
   const { verifyChain } = await import('@ioa/collab')
-  const leaf = tokens.find(t => t.payload.aud === sender.did)
-  if (leaf == null) throw new UsageError(`--proof: no token is addressed to the sender ${sender.did}`, '--proof', 'PRINCIPAL_MISMATCH')
+  const invocation = tokens.find(t => t.payload.iss === sender.did && t.payload.aud !== sender.did && (to == null || t.payload.aud === to))
+  const leaf = invocation ?? tokens.find(t => t.payload.aud === sender.did)
+  if (leaf == null) {
+    throw new UsageError(`--proof: no token is addressed to the sender ${sender.did}, nor issued by it to ${to ?? 'the executor'}`, '--proof', 'PRINCIPAL_MISMATCH')
+  }
   const rest = tokens.filter(t => t !== leaf)
   try {
     await verifyChain(leaf, rest)
@@ -103,10 +111,11 @@ async function chainFor (sender: Identity, tokens: Token[]): Promise<Token[]> {
   return [leaf, ...rest]
 }
 
-async function pickProvider (node: IoaNode, capability: string, skill: string, timeout: number, signal: AbortSignal, out: Output): Promise<string> {
+async function pickProvider (node: IoaNode, capability: string, skill: string, timeout: number, signal: AbortSignal, out: Output, only?: string): Promise<string> {
   out.progress(`looking up ${capability}…`)
   const found = await node.interconnect.discoverAll({ capability }, { timeout, cache: false, signal })
-  const offering = found.filter(r => r.card.skills.some(s => s.id === skill))
+  // an invocation token can only be used at its audience
+  const offering = found.filter(r => r.card.skills.some(s => s.id === skill) && (only == null || r.card.id === only))
   out.progress(`${found.length} agent${found.length === 1 ? '' : 's'}${offering.length !== found.length ? `, ${offering.length} offering ${skill}` : ''}`)
   const best = offering[0]
   if (best == null) throw new CliError('NO_PROVIDER', `No agent offering ${skill} found for ${capability}`)

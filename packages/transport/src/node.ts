@@ -11,9 +11,11 @@ import { kadDHT, passthroughMapper, removePrivateAddressesMapper } from '@libp2p
 import { logger } from '@libp2p/logger'
 import { mdns } from '@libp2p/mdns'
 import { memory } from '@libp2p/memory'
+import { peerIdFromString } from '@libp2p/peer-id'
 import { ping } from '@libp2p/ping'
 import { tcp } from '@libp2p/tcp'
 import { webSockets } from '@libp2p/websockets'
+import { CODE_P2P, multiaddr } from '@multiformats/multiaddr'
 import { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
 import { createLibp2p } from 'libp2p'
@@ -210,6 +212,28 @@ export async function openDatastore (init: TransportNodeInit): Promise<{ datasto
 }
 
 /**
+ * Put the bootstrap peers' addresses in the peer store before the node
+ * starts. The bootstrap module adds them only after start-up; a request to a
+ * bootstrap peer by its peer id before then would start a dial without
+ * addresses, which asks the DHT for the peer, which waits for a routing table
+ * that only that dial could fill (and the bootstrap module's own dial joins
+ * the stuck one): the request hung for its whole timeout.
+ */
+async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> {
+  for (const addr of list) {
+    try {
+      const ma = multiaddr(addr)
+      const id = ma.getComponents().findLast(c => c.code === CODE_P2P)?.value
+      if (id == null) continue
+      await node.peerStore.merge(peerIdFromString(id), { multiaddrs: [ma] })
+    } catch (err: any) {
+      // the bootstrap module reports a bad entry; this only loses the head start
+      log('could not keep the address of bootstrap peer %s: %s', addr, err?.message ?? err)
+    }
+  }
+}
+
+/**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
  * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
  * service; in a private network, the pre-shared-key connection protector.
@@ -272,6 +296,11 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
+          // every query waits for the first self-query; kad-dht starts it 1 s
+          // after start-up by default, a second that every new node spent
+          // idle before its first lookup. The self-query itself waits for
+          // the first routing table peer, so it can start at once.
+          initialQuerySelfInterval: 0,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {
@@ -303,6 +332,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
         }
       }
     }
+
+    await seedBootstrapPeers(node, init.bootstrap ?? [])
 
     if (init.start !== false) {
       await node.start()

@@ -2,31 +2,20 @@
  * A libp2p node configured for agents.
  */
 import './polyfill.js'
-import { noise } from '@chainsafe/libp2p-noise'
-import { yamux } from '@chainsafe/libp2p-yamux'
-import { bootstrap } from '@libp2p/bootstrap'
-import { loadOrCreateSelfKey } from '@libp2p/config'
-import { identify } from '@libp2p/identify'
-import { kadDHT, passthroughMapper, removePrivateAddressesMapper } from '@libp2p/kad-dht'
 import { logger } from '@libp2p/logger'
-import { mdns } from '@libp2p/mdns'
-import { memory } from '@libp2p/memory'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { ping } from '@libp2p/ping'
-import { tcp } from '@libp2p/tcp'
-import { webSockets } from '@libp2p/websockets'
 import { CODE_P2P, multiaddr } from '@multiformats/multiaddr'
 import { MemoryDatastore } from 'datastore-core'
-import { LevelDatastore } from 'datastore-level'
-import { createLibp2p } from 'libp2p'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
+import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
+import type { LevelDatastore } from 'datastore-level'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
 
@@ -204,7 +193,7 @@ export async function openDatastore (init: TransportNodeInit): Promise<{ datasto
     return { datastore: init.datastore, owned: false }
   }
   if (init.dataDir != null) {
-    const store = new LevelDatastore(init.dataDir)
+    const store = new (await loadLevelDatastore())(init.dataDir)
     await store.open()
     return { datastore: store, owned: true }
   }
@@ -254,21 +243,18 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   const { datastore, owned } = await openDatastore(init)
 
   try {
+    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = await loadStack()
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
 
-    const transports = kinds.map(k => {
-      if (k === 'tcp') return tcp()
-      if (k === 'websockets') return webSockets()
-      return memory()
-    })
+    const transports = await Promise.all(kinds.map(loadTransport))
 
     const peerDiscovery: Array<(components: any) => PeerDiscovery> = []
     if (init.bootstrap != null && init.bootstrap.length > 0) {
       peerDiscovery.push(bootstrap({ list: init.bootstrap, timeout: 0 }))
     }
     if (init.mdns === true) {
-      peerDiscovery.push(mdns())
+      peerDiscovery.push((await loadMdns())())
     }
 
     const node = await createLibp2p<TransportServices>({
@@ -281,7 +267,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       streamMuxers: [yamux()],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
-      ...(domainKey != null ? { connectionProtector: domainKeyProtector(domainKey) } : {}),
+      ...(domainKey != null ? { connectionProtector: await domainKeyProtector(domainKey) } : {}),
       // a busy node can miss a heartbeat ping; that alone must not cut the link
       connectionMonitor: { abortConnectionOnPingFailure: false },
       connectionManager: {

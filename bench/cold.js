@@ -2,17 +2,23 @@
 //
 // - `cold.first-result`: a fresh OS process per trial imports @ioa/node,
 //   starts a node that joins a local network of NETWORK_SIZE IoaNodes (in
-//   this process, TCP on 127.0.0.1) through one bootstrap address, hosts its
-//   requesting agent, discovers an agent by capability and gets its first
+//   this process, TCP on 127.0.0.1) through one bootstrap address, discovers an agent by capability and gets its first
 //   task result (bench/cold/ioa-client.js); the ms from the end of the
 //   import to the result. The baseline: the official @a2a-js/sdk client's
 //   cold path in a fresh process (fetch the agent card, first SendMessage;
 //   bench/cold/a2a-client.js) against an A2A server in its own process
 //   (bench/cold/a2a-server.js), the import excluded as well.
 // - `cold.start`, `cold.discover`: where the IoA path's time goes (node
-//   started and agent hosted; first discovery answer), same baseline.
+//   started; first discovery answer), same baseline.
+// - `cold.first-result.first-found`: the same path taking the first agent
+//   the streaming discovery verifies (the walk ends there) instead of the
+//   complete, ranked `node.discover()`.
 // - `cold.import`: the import of @ioa/node in a fresh process, against the
 //   import of the A2A SDK client.
+//
+// With COLD_BEFORE=<dir> (a built checkout of another version, with
+// bench/cold/ioa-client.js copied in) its client takes turns as well, for
+// `cold.first-result.before` and `cold.import.before` in the same run.
 //
 // Medians over the trials; the two kinds take turns. Run it alone (after
 // `npx tsc -b`) with
@@ -44,9 +50,9 @@ function row (name, value, unit, baseline, target) {
 
 const median = (xs) => percentile([...xs].sort((a, b) => a - b), 50)
 
-/** Run `node [execArgv] file ...args`, resolve with the parsed last stdout line */
-async function runChild (file, args) {
-  const child = spawn(process.execPath, [...process.execArgv, here(file), ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+/** Run `node [execArgv] file ...args` (`file` relative to this directory, or absolute), resolve with the parsed last stdout line */
+async function runChild (file, args, execArgv = process.execArgv) {
+  const child = spawn(process.execPath, [...execArgv, file.startsWith('/') ? file : here(file), ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (d) => { stdout += d })
@@ -108,7 +114,10 @@ export const coldGroup = {
     const nodes = await startNetwork(progress)
     const a2a = await startA2AServer()
     const ioaRuns = []
+    const firstRuns = []
+    const beforeRuns = []
     const a2aRuns = []
+    const before = process.env.COLD_BEFORE
     try {
       progress(`${trials} trials of each kind, taking turns`)
       for (let t = 0; t < trials; t++) {
@@ -116,23 +125,38 @@ export const coldGroup = {
         const bootstrap = nodes[t % (NETWORK_SIZE - 1)].addresses()[0]
         const kinds = [
           async () => { a2aRuns.push(await runChild('./cold/a2a-client.js', [a2a.url])) },
-          async () => { ioaRuns.push(await runChild('./cold/ioa-client.js', [bootstrap, CAPABILITY])) }
+          async () => { ioaRuns.push(await runChild('./cold/ioa-client.js', [bootstrap, CAPABILITY])) },
+          async () => { firstRuns.push(await runChild('./cold/ioa-client.js', [bootstrap, CAPABILITY, 'first'])) }
         ]
-        if (t % 2 === 1) kinds.reverse()
-        for (const k of kinds) await k()
+        if (before != null) {
+          kinds.push(async () => {
+            beforeRuns.push(await runChild(`${before}/bench/cold/ioa-client.js`, [bootstrap, CAPABILITY], ['--import', `${before}/scripts/polyfill.js`]))
+          })
+        }
+        for (const k of kinds.slice(t % kinds.length).concat(kinds.slice(0, t % kinds.length))) await k()
         const last = ioaRuns[ioaRuns.length - 1]
-        progress(`trial ${t + 1}: ioa ${last.firstResult.toFixed(0)} ms (started ${last.started.toFixed(0)}, discovered ${last.discovered.toFixed(0)}), a2a ${a2aRuns[a2aRuns.length - 1].firstResult.toFixed(0)} ms`)
+        const b = beforeRuns[beforeRuns.length - 1]
+        progress(`trial ${t + 1}: ioa ${last.firstResult.toFixed(0)} ms (started ${last.started.toFixed(0)}, discovered ${last.discovered.toFixed(0)}), first-found ${firstRuns[firstRuns.length - 1].firstResult.toFixed(0)} ms, a2a ${a2aRuns[a2aRuns.length - 1].firstResult.toFixed(0)} ms${b != null ? `, before ${b.firstResult.toFixed(0)} ms` : ''}`)
       }
     } finally {
       await a2a.stop()
       for (const n of nodes) await n.stop()
     }
     const a2aFirst = median(a2aRuns.map(r => r.firstResult))
-    return [
+    const a2aImport = median(a2aRuns.map(r => r.import))
+    const rows = [
       row('cold.first-result', median(ioaRuns.map(r => r.firstResult)), 'ms', a2aFirst, { max: 6 }),
+      row('cold.first-result.first-found', median(firstRuns.map(r => r.firstResult)), 'ms', a2aFirst),
       row('cold.start', median(ioaRuns.map(r => r.started)), 'ms', a2aFirst),
       row('cold.discover', median(ioaRuns.map(r => r.discovered)), 'ms', a2aFirst),
-      row('cold.import', median(ioaRuns.map(r => r.import)), 'ms', median(a2aRuns.map(r => r.import)))
+      row('cold.import', median(ioaRuns.map(r => r.import)), 'ms', a2aImport)
     ]
+    if (beforeRuns.length > 0) {
+      rows.push(
+        row('cold.first-result.before', median(beforeRuns.map(r => r.firstResult)), 'ms', a2aFirst),
+        row('cold.import.before', median(beforeRuns.map(r => r.import)), 'ms', a2aImport)
+      )
+    }
+    return rows
   }
 }

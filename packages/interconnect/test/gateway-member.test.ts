@@ -15,9 +15,9 @@ const DOMAIN = 'shop.example'
 const INNER_DHT = '/ioa/kad-shop/1.0.0'
 const TCP = { transports: ['tcp' as const], allow: ['/ip4/127.0.0.1'] }
 
-const running: Array<{ stop(): Promise<unknown> }> = []
+const running: Array<{ stop(): unknown }> = []
 afterEach(async () => {
-  for (const x of running.splice(0).reverse()) await x.stop().catch(() => {})
+  for (const x of running.splice(0).reverse()) await Promise.resolve(x.stop()).catch(() => {})
 })
 
 async function node (init: Parameters<typeof createTransportNode>[0] = {}): Promise<TransportNode> {

@@ -74,6 +74,22 @@ export class InterconnectCaches {
     if (results.length >= 2 * this.maxResults) this.trim(results)
   }
 
+  /**
+   * Remember that `peer` served a valid card of its agent (discovery does, so
+   * that a `resolve()` after a `discover()` needs no second DHT walk): the
+   * newest card is kept, the peers are merged, the hosting peer first
+   */
+  addRoute (signed: SignedCard, peer: string, at: number): void {
+    const did = signed.card.id
+    const cached = this.routes.get(did)
+    const peers = cached?.peers.filter(p => p !== peer) ?? []
+    // a newer card stays; this peer still serves the agent
+    const best = cached != null && cached.signed.card.issuedAt > signed.card.issuedAt ? cached.signed : signed
+    if (peer === best.card.peer) peers.unshift(peer)
+    else peers.push(peer)
+    this.routes.set(did, { at, signed: best, peers })
+  }
+
   stats (history: number): InterconnectCacheStats {
     return {
       lookups: this.lookups.size,

@@ -2,7 +2,8 @@
  * Discovery by capability (spec `interconnect.md` 7): hosted agents first,
  * then fresh cached results, else a walk of the capability's DHT record whose
  * providers' cards are fetched (a few at once), verified, ranked and streamed
- * as they come.
+ * as they come. Every card a provider serves also fills the route cache, so
+ * that routing to a discovered agent needs no second walk.
  */
 import { Queue } from '@libp2p/utils'
 import { anySignal } from 'any-signal'
@@ -170,6 +171,8 @@ export class Discovery {
         for (const signed of cards) {
           const all = matchQuery(signed.card, { capability: query.capability })
           if (all.length === 0) continue
+          // a verified card from this provider is a route to its agent
+          caches.addRoute(signed, id, at)
           const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
           caches.collect(collected, result)
           const skills = matchQuery(signed.card, query)

@@ -11,8 +11,10 @@ import type { ComponentLogger, PeerId } from '@libp2p/interface'
 /** Which skills a gateway exports, and to whom */
 export interface ExportRule {
   /**
-   * A capability name or prefix (`travel.hotel` exports every skill below it),
-   * or `'*'` for every skill
+   * What is exported, in the syntax of delegation tokens: `'*'` for every
+   * skill, `travel.hotel.*` for `travel.hotel` and every skill below it. A
+   * name without `.*` (`travel.hotel`) is read as the same prefix, as before
+   * (an export rule never names one skill only).
    */
   skill: string
   /**
@@ -44,7 +46,25 @@ export interface GatewayComponents {
   innerConnections: { getPeers(): PeerId[] }
   /** The inner node's messaging (export requests to the agents' hosts) */
   innerMessaging: Pick<Messaging, 'request'>
+  /**
+   * The inner node's events: a peer that connects and speaks the card
+   * protocol (`peer:identify`) starts a refresh (see `memberRefreshDelay`)
+   */
+  innerEvents?: Pick<EventTarget, 'addEventListener' | 'removeEventListener'>
   logger: ComponentLogger
+}
+
+/** The gateway's set of exported agents changed (after a refresh) */
+export interface GatewayExportedEvent {
+  type: 'exported'
+  /** Every agent exported now */
+  agents: Did[]
+  /** Agents exported by this refresh that were not before */
+  added: Did[]
+  /** Agents no longer exported */
+  removed: Did[]
+  /** When the refresh finished, ms since the epoch */
+  at: number
 }
 
 export interface GatewayInit extends GatewayOptions {
@@ -109,6 +129,31 @@ export interface GatewayOptions {
    */
   maxExportedAgents?: number
   /**
+   * After a domain member connects to the inner node (a peer that speaks the
+   * card protocol), refresh after this delay, listing that peer's cards
+   * directly as well, and again after 4 and 16 times it while the member has
+   * no exported agent (agents it hosts and announces just after connecting),
+   * in ms; 0 waits for the periodic refresh only. Members waiting for such a
+   * refresh are bounded (64 at once; more wait for the periodic refresh).
+   *
+   * @default 250
+   */
+  memberRefreshDelay?: number
+  /**
+   * Called with an `exported` event whenever a refresh changes the set of
+   * exported agents (the first export included)
+   *
+   * @default undefined
+   */
+  onExported?: (event: GatewayExportedEvent) => void
+  /**
+   * The name of the export rules in error messages (`gateway.exports` in a
+   * node config)
+   *
+   * @default 'exports'
+   */
+  field?: string
+  /**
    * Log component of the gateway
    *
    * @default 'ioa:interconnect:gateway'
@@ -163,6 +208,8 @@ export interface Gateway {
   admit(to: Did, skill: string | undefined, caller: GatewayCaller): void
   /** Look for the domain's agents now and renew export cards and announcements */
   refresh(): Promise<void>
+  /** Listen for `exported` events (see `GatewayOptions.onExported`); returns a function that removes the listener */
+  onExported(listener: (event: GatewayExportedEvent) => void): () => void
   stats(): GatewayStats
   /** Stop serving and forwarding and withdraw the announcements (the nodes are left running) */
   stop(): Promise<void>

@@ -29,10 +29,10 @@ import { verifyCard } from './card.js'
 import { AgentNotHereError, BadRequestError, NotExportedError, RateLimitedError, fromRemote } from './errors.js'
 import { CARD_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
 import type { AgentCard, SignedCard } from './card.js'
-import type { ExportRule, Gateway, GatewayCaller, GatewayComponents, GatewayInit, GatewayOptions, GatewayStats } from './gateway-types.js'
+import type { ExportRule, Gateway, GatewayCaller, GatewayComponents, GatewayExportedEvent, GatewayInit, GatewayOptions, GatewayStats } from './gateway-types.js'
 import type { Did } from './identity.js'
 import type { CardQuery, Forwarder, InterconnectService } from './types.js'
-import type { Logger } from '@libp2p/interface'
+import type { IdentifyResult, Logger, PeerId } from '@libp2p/interface'
 
 export type * from './gateway-types.js'
 
@@ -41,8 +41,22 @@ const DOMAIN_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,
 /** Inner lookups and export requests a refresh runs at once */
 const REFRESH_CONCURRENCY = 8
 
-/** Most inner peers a `'*'` rule lists directly */
+/** Most inner peers a `'*'` rule lists directly, and most members waiting for a member refresh */
 const MAX_LISTED_PEERS = 64
+
+/** Member refreshes per connecting member: after the delay, 4 and 16 times it */
+const MEMBER_REFRESH_FACTORS = [1, 4, 16]
+
+/**
+ * An export rule's skill in the token syntax (`'*'`, `a.b.*`) or the older
+ * prefix form (`a.b`): the prefix it covers (`'*'` for all), or undefined
+ */
+function exportPrefix (skill: string): string | undefined {
+  if (skill === '*') return '*'
+  const name = skill.endsWith('.*') ? skill.slice(0, -2) : skill
+  try { assertCapability(name) } catch { return undefined }
+  return name
+}
 
 function positive (name: string, value: number, min = 1): number {
   if (!Number.isFinite(value) || value < min) {
@@ -80,6 +94,16 @@ class DefaultGateway implements Gateway {
   private refreshing?: Promise<void>
   private stopped = false
   private readonly counters = { forwarded: 0, notExported: 0, rateLimited: 0, failed: 0, lastRefresh: 0 }
+  private readonly memberRefreshDelay: number
+  private readonly exportedListeners = new Set<(event: GatewayExportedEvent) => void>()
+  /** Members that connected and wait for a member refresh: their attempts so far */
+  private readonly members = new Map<string, { peer: PeerId, attempts: number }>()
+  private memberTimer?: ReturnType<typeof setTimeout>
+  private readonly onIdentify = (evt: Event): void => {
+    const { peerId, protocols } = (evt as CustomEvent<IdentifyResult>).detail
+    if (!protocols.includes(CARD_PROTOCOL)) return
+    this.memberJoined(peerId)
+  }
 
   constructor (components: GatewayComponents, init: GatewayOptions) {
     const { inner, outer } = components
@@ -89,15 +113,19 @@ class DefaultGateway implements Gateway {
     if (typeof init.domain !== 'string' || init.domain.length > 253 || !DOMAIN_NAME.test(init.domain)) {
       throw new BadRequestError(`Invalid gateway domain "${String(init.domain).slice(0, 80)}"`)
     }
-    if (!Array.isArray(init.exports)) throw new BadRequestError('Gateway exports must be a list of rules')
-    for (const rule of init.exports) {
-      if (rule == null || typeof rule.skill !== 'string') throw new BadRequestError('An export rule needs a skill')
-      if (rule.skill !== '*') {
-        try { assertCapability(rule.skill) } catch { throw new BadRequestError(`Export rule skill "${rule.skill.slice(0, 80)}" is not a capability name`) }
+    const field = init.field ?? 'exports'
+    if (!Array.isArray(init.exports)) throw new BadRequestError(`${field} must be a list of export rules`)
+    const rules: ExportRule[] = []
+    for (const [i, rule] of init.exports.entries()) {
+      if (rule == null || typeof rule.skill !== 'string') throw new BadRequestError(`${field}[${i}].skill is missing: an export rule needs a skill`)
+      const prefix = exportPrefix(rule.skill)
+      if (prefix == null) {
+        throw new BadRequestError(`${field}[${i}].skill "${rule.skill.slice(0, 80)}" must be '*', a capability name followed by '.*' (as in tokens), or a capability name`)
       }
       if (rule.domains != null && (!Array.isArray(rule.domains) || !rule.domains.every(d => d === '*' || (typeof d === 'string' && DOMAIN_NAME.test(d))))) {
-        throw new BadRequestError(`Export rule domains of "${rule.skill}" must be domain names or '*'`)
+        throw new BadRequestError(`${field}[${i}].domains of "${rule.skill}" must be domain names or '*'`)
       }
+      rules.push({ skill: prefix, ...(rule.domains != null ? { domains: [...rule.domains] } : {}) })
     }
     for (const c of init.innerCapabilities ?? []) {
       try { assertCapability(c) } catch { throw new BadRequestError(`innerCapabilities entry "${String(c).slice(0, 80)}" is not a capability name`) }
@@ -107,8 +135,10 @@ class DefaultGateway implements Gateway {
     this.components = components
     this.inner = inner
     this.outer = outer
-    this.rules = init.exports.map(r => ({ skill: r.skill, ...(r.domains != null ? { domains: [...r.domains] } : {}) }))
+    this.rules = rules
     this.refreshInterval = positive('refreshInterval', init.refreshInterval ?? 30_000, 100)
+    this.memberRefreshDelay = positive('memberRefreshDelay', init.memberRefreshDelay ?? 250, 0)
+    if (init.onExported != null) this.exportedListeners.add(init.onExported)
     this.lookupTimeout = positive('innerLookupTimeout', init.innerLookupTimeout ?? 5_000)
     this.forwardTimeout = positive('forwardTimeout', init.forwardTimeout ?? 10_000)
     this.innerCapabilities = [...(init.innerCapabilities ?? [])]
@@ -125,6 +155,7 @@ class DefaultGateway implements Gateway {
   async start (): Promise<void> {
     this.outer.addCardSource(async (query) => this.serveCards(query))
     this.outer.setForwarder(this.forward)
+    if (this.memberRefreshDelay > 0) this.components.innerEvents?.addEventListener('peer:identify', this.onIdentify)
     await this.refresh()
     if (this.stopped) return
     this.timer = setInterval(() => {
@@ -137,12 +168,20 @@ class DefaultGateway implements Gateway {
     if (this.stopped) return
     this.stopped = true
     clearInterval(this.timer)
+    clearTimeout(this.memberTimer)
+    this.members.clear()
+    this.components.innerEvents?.removeEventListener('peer:identify', this.onIdentify)
     this.outer.setForwarder(undefined)
     // a failing refresh is reported by whoever started it
     await this.refreshing?.catch((err: any) => { this.log.trace('refresh ended while stopping: %s', err?.message ?? err) })
     const cards = this.cards
     this.cards = new Map()
     await this.apply(new Map(), cards)
+  }
+
+  onExported (listener: (event: GatewayExportedEvent) => void): () => void {
+    this.exportedListeners.add(listener)
+    return () => { this.exportedListeners.delete(listener) }
   }
 
   exported (): SignedCard[] {
@@ -254,8 +293,48 @@ class DefaultGateway implements Gateway {
     return this.refreshing
   }
 
+  // ---- member refreshes ---------------------------------------------------
+
+  /** A domain member connected: refresh soon, listing its cards directly */
+  private memberJoined (peer: PeerId): void {
+    if (this.stopped) return
+    const id = peer.toString()
+    if (!this.members.has(id)) {
+      if (this.members.size >= MAX_LISTED_PEERS) {
+        this.log.trace('member %p waits for the periodic refresh: %d members wait already', peer, this.members.size)
+        return
+      }
+      this.members.set(id, { peer, attempts: 0 })
+    }
+    this.scheduleMemberRefresh()
+  }
+
+  /** One timer for every waiting member: the earliest attempt due */
+  private scheduleMemberRefresh (): void {
+    if (this.stopped || this.memberTimer != null || this.members.size === 0) return
+    const next = Math.min(...[...this.members.values()].map(m => MEMBER_REFRESH_FACTORS[m.attempts]))
+    this.memberTimer = setTimeout(() => {
+      this.memberTimer = undefined
+      this.refresh().catch((err: any) => { this.log.error('member refresh of the exported agents failed: %s', err?.message ?? err) })
+    }, this.memberRefreshDelay * next)
+    this.memberTimer.unref?.()
+  }
+
+  /** After a refresh: members with an exported agent, or out of attempts, stop waiting */
+  private settleMembers (listed: Set<string>): void {
+    const exportedPeers = new Set([...this.cards.values()].map(c => c.card.peer))
+    for (const [id, m] of this.members) {
+      if (!listed.has(id)) continue
+      m.attempts++
+      if (exportedPeers.has(id) || m.attempts >= MEMBER_REFRESH_FACTORS.length) this.members.delete(id)
+    }
+    this.scheduleMemberRefresh()
+  }
+
   private async doRefresh (): Promise<void> {
-    const found = await this.findInnerAgents()
+    const members = [...this.members.values()].map(m => m.peer)
+    const listed = new Set(members.map(p => p.toString()))
+    const found = await this.findInnerAgents(members)
     // agents exported before but not found now: ask their hosts again, so a
     // lookup that missed them does not withdraw them
     for (const [did, signed] of this.cards) {
@@ -277,10 +356,26 @@ class DefaultGateway implements Gateway {
     await this.apply(next, previous)
     this.counters.lastRefresh = Date.now()
     this.log('refresh: %d agents exported (%d found)', next.size, found.size)
+    this.emitExported(next, previous)
+    this.settleMembers(listed)
+  }
+
+  private emitExported (next: Map<Did, SignedCard>, previous: Map<Did, SignedCard>): void {
+    const added = [...next.keys()].filter(did => !previous.has(did))
+    const removed = [...previous.keys()].filter(did => !next.has(did))
+    if (added.length === 0 && removed.length === 0) return
+    const event: GatewayExportedEvent = { type: 'exported', agents: [...next.keys()], added, removed, at: this.counters.lastRefresh }
+    for (const listener of this.exportedListeners) {
+      try {
+        listener(event)
+      } catch (err: any) {
+        this.log.error('an exported listener failed: %s', err?.message ?? err)
+      }
+    }
   }
 
   /** Inner cards of this domain's agents that have at least one exported skill */
-  private async findInnerAgents (): Promise<Map<Did, AgentCard>> {
+  private async findInnerAgents (members: PeerId[]): Promise<Map<Did, AgentCard>> {
     const found = new Map<Did, AgentCard>()
     const self = this.inner.peerId.toString()
     const add = (card: AgentCard): void => {
@@ -309,17 +404,18 @@ class DefaultGateway implements Gateway {
         this.log('inner lookup of %s failed: %s', capability, err?.message ?? err)
       }
     })
-    if (wildcard) {
-      const peers = this.components.innerConnections.getPeers().slice(0, MAX_LISTED_PEERS)
-      await eachLimit(peers, REFRESH_CONCURRENCY, async (peer) => {
-        try {
-          for (const signed of await this.inner.fetchCards(peer, {}, { timeout: this.lookupTimeout })) add(signed.card)
-        } catch (err: any) {
-          // a peer without the card protocol, or unreachable
-          this.log.trace('inner peer %p lists no cards: %s', peer, err?.message ?? err)
-        }
-      })
-    }
+    // members that just connected are listed directly (their announcements
+    // may not be in the DHT yet); with a '*' rule every connected peer is
+    const peers = wildcard ? this.components.innerConnections.getPeers().slice(0, MAX_LISTED_PEERS) : []
+    for (const m of members) if (!peers.some(p => p.equals(m))) peers.push(m)
+    await eachLimit(peers, REFRESH_CONCURRENCY, async (peer) => {
+      try {
+        for (const signed of await this.inner.fetchCards(peer, {}, { timeout: this.lookupTimeout })) add(signed.card)
+      } catch (err: any) {
+        // a peer without the card protocol, or unreachable
+        this.log.trace('inner peer %p lists no cards: %s', peer, err?.message ?? err)
+      }
+    })
     return found
   }
 
@@ -395,6 +491,7 @@ export async function createGateway (init: GatewayInit): Promise<Gateway> {
     outer,
     innerConnections: inner.node,
     innerMessaging: inner.node.services.messaging,
+    innerEvents: inner.node as unknown as GatewayComponents['innerEvents'],
     logger: outer.node.logger
   }, options)
 }

@@ -41,5 +41,5 @@ export {
 } from './errors.js'
 export { createGateway, gatewayFromComponents } from './gateway.js'
 export type {
-  Gateway, GatewayCaller, GatewayComponents, GatewayInit, GatewayOptions, GatewayRateLimit, GatewayStats, ExportRule
+  Gateway, GatewayCaller, GatewayComponents, GatewayExportedEvent, GatewayInit, GatewayOptions, GatewayRateLimit, GatewayStats, ExportRule
 } from './gateway-types.js'

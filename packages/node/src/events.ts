@@ -3,6 +3,7 @@
  * agents (`onTask`: started, ended as the requester saw it, refused) and
  * what its domain gateway relayed or refused (`onGateway`).
  */
+import type { GatewayExportedEvent } from '@ioa/interconnect'
 import type { NodeEvents, NodeTaskEvent } from './ioa-node.js'
 import type { RelayEvent } from '@ioa/collab'
 import type { Logger } from '@libp2p/interface'
@@ -32,10 +33,16 @@ class Listeners<E> {
 export class TaskEvents implements NodeEvents {
   readonly tasks: Listeners<NodeTaskEvent>
   readonly gateway: Listeners<RelayEvent>
+  readonly exported: Listeners<GatewayExportedEvent>
 
   constructor (log: Logger) {
     this.tasks = new Listeners(log)
     this.gateway = new Listeners(log)
+    this.exported = new Listeners(log)
+  }
+
+  onExported (listener: (event: GatewayExportedEvent) => void): () => void {
+    return this.exported.add(listener)
   }
 
   onTask (listener: (event: NodeTaskEvent) => void): () => void {

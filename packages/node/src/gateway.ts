@@ -11,7 +11,7 @@ import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { attempt } from './logging.js'
 import type { IoaGateway, IoaGatewayInit, IoaNodeInit } from './ioa-node.js'
 import type { RelayEvent } from '@ioa/collab'
-import type { Interconnect } from '@ioa/interconnect'
+import type { GatewayExportedEvent, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
@@ -30,7 +30,9 @@ export async function closeOwned (datastore: Datastore, owned: boolean): Promise
 
 /** Start the domain gateway: an inner node in the domain network, bridged to `outer` */
 export async function startGateway (
-  g: IoaGatewayInit, init: IoaNodeInit, outer: Interconnect, onRelay: (event: RelayEvent) => void, log: Logger
+  g: IoaGatewayInit, init: IoaNodeInit, outer: Interconnect,
+  { onRelay, onExported }: { onRelay: (event: RelayEvent) => void, onExported: (event: GatewayExportedEvent) => void },
+  log: Logger
 ): Promise<NodeGateway> {
   const { listen, bootstrap, domain, privateNetwork, ...rest } = g
   const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
@@ -52,7 +54,19 @@ export async function startGateway (
     })
     const d = domain ?? outer.domain
     inner = await createInterconnect(innerNode, { ...init.interconnect, datastore, keys, domain: d })
-    const gateway = await createGateway({ ...rest, domain: d, inner, outer })
+    const gateway = await createGateway({
+      // errors name the rules as the node config does
+      field: 'gateway.exports',
+      ...rest,
+      domain: d,
+      inner,
+      outer,
+      onExported: (e) => {
+        log('exported %d agents (%d added, %d withdrawn)', e.agents.length, e.added.length, e.removed.length)
+        rest.onExported?.(e)
+        onExported(e)
+      }
+    })
     // tasks for exported agents are relayed too (this node then serves no tasks itself)
     const relay = await createTaskGateway({ gateway, inner, outer, onRelay }).catch(async (err) => {
       await attempt(log, 'stopping the gateway after the task relay failed', async () => { await gateway.stop() })

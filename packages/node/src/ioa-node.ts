@@ -21,7 +21,7 @@ import type {
   DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
-import type { Did, Gateway, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
+import type { Did, Gateway, GatewayExportedEvent, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
 import type { AbortOptions, ComponentLogger, Logger } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
@@ -192,6 +192,12 @@ export interface NodeEvents {
   onTask(listener: (event: NodeTaskEvent) => void): () => void
   /** Called for every task submit the node's domain gateway relays or refuses */
   onGateway(listener: (event: RelayEvent) => void): () => void
+  /**
+   * Called when the node's domain gateway starts or stops exporting agents
+   * (an `exported` event after each refresh that changed the set: the first
+   * export included)
+   */
+  onExported(listener: (event: GatewayExportedEvent) => void): () => void
 }
 
 export interface HostAgentOptions extends HostAgentInit {
@@ -312,7 +318,10 @@ class DefaultIoaNode implements IoaNode {
 
   /** Start the domain gateway (see `gateway.ts`) */
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
-    const started = await startGateway(g, init, this.interconnect, e => { this.events.gateway.emit(e) }, this.logger.forComponent('ioa:node:gateway'))
+    const started = await startGateway(g, init, this.interconnect, {
+      onRelay: e => { this.events.gateway.emit(e) },
+      onExported: e => { this.events.exported.emit(e) }
+    }, this.logger.forComponent('ioa:node:gateway'))
     this.gateway = started.gateway
     this.stopGateway = started.stop
   }

@@ -8,14 +8,13 @@
 import { randomBytes } from 'node:crypto'
 import { identityFromPrivateKey } from '@ioa/interconnect'
 import { generateKeyPair, privateKeyFromProtobuf } from '@libp2p/crypto/keys'
-import { keychain } from '@libp2p/keychain'
 import { defaultLogger } from '@libp2p/logger'
 import { MemoryDatastore, NamespaceDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
 import { KeyStoreError } from './errors.js'
 import type { AgentKeyStore, Identity } from '@ioa/interconnect'
 import type { ComponentLogger, Logger, PrivateKey } from '@libp2p/interface'
-import type { DEKConfig, Keychain } from '@libp2p/keychain'
+import type { DEKConfig, Keychain, KeychainComponents, KeychainInit } from '@libp2p/keychain'
 import type { Datastore } from 'interface-datastore'
 
 export { KeyStoreError }
@@ -87,6 +86,11 @@ export interface KeyStoreStatus {
 
 /** Datastore key of the store's PBKDF2 parameters; its presence marks an encrypted store */
 export const KEYSTORE_PARAMS_KEY = '/ioa/keystore/params'
+/** `@libp2p/keychain`, loaded when a key store first needs it (not with the package) */
+async function loadKeychain (): Promise<(init?: KeychainInit) => (components: KeychainComponents) => Keychain> {
+  return (await import('@libp2p/keychain')).keychain
+}
+
 /** Namespace of the keychain's entries (`<ns>/pkcs8/<name>`, `<ns>/info/<name>`) */
 export const KEYSTORE_NAMESPACE = '/ioa/keystore/chain'
 /** Keychain name of the node's peer key */
@@ -180,7 +184,7 @@ export class EncryptedKeyStore implements AgentKeyStore {
     const { version: _, ...dek } = params
     const entries = new NamespaceDatastore(datastore, new Key(KEYSTORE_NAMESPACE))
     // PBKDF2 of the passphrase: the one slow step (~150 ms), once per start
-    const chain = keychain({ pass: options.passphrase, dek })({ datastore: entries, logger })
+    const chain = (await loadKeychain())({ pass: options.passphrase, dek })({ datastore: entries, logger })
 
     let nodeKey: PrivateKey | undefined
     if (await entries.has(new Key(`/pkcs8/${NODE_KEY}`))) {
@@ -262,7 +266,7 @@ async function readLegacy (datastore: Datastore, logger: ComponentLogger, where:
   if (await datastore.has(LEGACY_SELF)) {
     try {
       // libp2p's own layout: the keychain with no passphrase
-      out.nodeKey = await keychain({})({ datastore, logger }).exportKey('self')
+      out.nodeKey = await (await loadKeychain())({})({ datastore, logger }).exportKey('self')
     } catch (err) {
       throw new KeyStoreError('KEYSTORE_DAMAGED', `The unencrypted node key in ${where} is unreadable`, { cause: err })
     }
@@ -367,7 +371,7 @@ export async function changePassphrase (datastore: Datastore, options: ChangePas
   const params = freshParams()
   const { version: _, ...dek } = params
   const aside = new MemoryDatastore()
-  const chain = keychain({ pass: options.newPassphrase, dek })({ datastore: aside, logger })
+  const chain = (await loadKeychain())({ pass: options.newPassphrase, dek })({ datastore: aside, logger })
   await chain.importKey(NODE_KEY, store.nodeKey)
   const names = await store.agentNames()
   for (const name of names) await chain.importKey(agentEntry(name), (await store.loadOrCreate(name)).privateKey)

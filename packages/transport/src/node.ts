@@ -2,29 +2,20 @@
  * A libp2p node configured for agents.
  */
 import './polyfill.js'
-import { noise } from '@chainsafe/libp2p-noise'
-import { yamux } from '@chainsafe/libp2p-yamux'
-import { bootstrap } from '@libp2p/bootstrap'
-import { loadOrCreateSelfKey } from '@libp2p/config'
-import { identify } from '@libp2p/identify'
-import { kadDHT, passthroughMapper, removePrivateAddressesMapper } from '@libp2p/kad-dht'
 import { logger } from '@libp2p/logger'
-import { mdns } from '@libp2p/mdns'
-import { memory } from '@libp2p/memory'
-import { ping } from '@libp2p/ping'
-import { tcp } from '@libp2p/tcp'
-import { webSockets } from '@libp2p/websockets'
+import { peerIdFromString } from '@libp2p/peer-id'
+import { CODE_P2P, multiaddr } from '@multiformats/multiaddr'
 import { MemoryDatastore } from 'datastore-core'
-import { LevelDatastore } from 'datastore-level'
-import { createLibp2p } from 'libp2p'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
+import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
+import type { LevelDatastore } from 'datastore-level'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
 
@@ -202,11 +193,33 @@ export async function openDatastore (init: TransportNodeInit): Promise<{ datasto
     return { datastore: init.datastore, owned: false }
   }
   if (init.dataDir != null) {
-    const store = new LevelDatastore(init.dataDir)
+    const store = new (await loadLevelDatastore())(init.dataDir)
     await store.open()
     return { datastore: store, owned: true }
   }
   return { datastore: new MemoryDatastore(), owned: false }
+}
+
+/**
+ * Put the bootstrap peers' addresses in the peer store before the node
+ * starts. The bootstrap module adds them only after start-up; a request to a
+ * bootstrap peer by its peer id before then would start a dial without
+ * addresses, which asks the DHT for the peer, which waits for a routing table
+ * that only that dial could fill (and the bootstrap module's own dial joins
+ * the stuck one): the request hung for its whole timeout.
+ */
+async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> {
+  for (const addr of list) {
+    try {
+      const ma = multiaddr(addr)
+      const id = ma.getComponents().findLast(c => c.code === CODE_P2P)?.value
+      if (id == null) continue
+      await node.peerStore.merge(peerIdFromString(id), { multiaddrs: [ma] })
+    } catch (err: any) {
+      // the bootstrap module reports a bad entry; this only loses the head start
+      log('could not keep the address of bootstrap peer %s: %s', addr, err?.message ?? err)
+    }
+  }
 }
 
 /**
@@ -231,21 +244,18 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   const { datastore, owned } = await openDatastore(init)
 
   try {
+    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = await loadStack()
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
 
-    const transports = kinds.map(k => {
-      if (k === 'tcp') return tcp()
-      if (k === 'websockets') return webSockets()
-      return memory()
-    })
+    const transports = await Promise.all(kinds.map(loadTransport))
 
     const peerDiscovery: Array<(components: any) => PeerDiscovery> = []
     if (init.bootstrap != null && init.bootstrap.length > 0) {
       peerDiscovery.push(bootstrap({ list: init.bootstrap, timeout: 0 }))
     }
     if (init.mdns === true) {
-      peerDiscovery.push(mdns())
+      peerDiscovery.push((await loadMdns())())
     }
 
     const node = await createLibp2p<TransportServices>({
@@ -258,7 +268,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       streamMuxers: [yamux()],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
-      ...(domainKey != null ? { connectionProtector: domainKeyProtector(domainKey) } : {}),
+      ...(domainKey != null ? { connectionProtector: await domainKeyProtector(domainKey) } : {}),
       // a busy node can miss a heartbeat ping; that alone must not cut the link
       connectionMonitor: { abortConnectionOnPingFailure: false },
       connectionManager: {
@@ -273,6 +283,11 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
+          // every query waits for the first self-query; kad-dht starts it 1 s
+          // after start-up by default, a second that every new node spent
+          // idle before its first lookup. The self-query itself waits for
+          // the first routing table peer, so it can start at once.
+          initialQuerySelfInterval: 0,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {
@@ -304,6 +319,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
         }
       }
     }
+
+    await seedBootstrapPeers(node, init.bootstrap ?? [])
 
     if (init.start !== false) {
       await node.start()

@@ -10,7 +10,7 @@
  *
  * @packageDocumentation
  */
-import { WebSocket as WsWebSocket } from 'ws'
+import { createRequire } from 'node:module'
 
 interface Resolvers<T> {
   promise: Promise<T>
@@ -39,7 +39,20 @@ if (typeof P.withResolvers !== 'function') {
 const g = globalThis as { WebSocket?: unknown }
 
 if (g.WebSocket == null) {
-  g.WebSocket = WsWebSocket
+  // `ws` loads on first use (a WebSockets dial), not with every program
+  const require = createRequire(import.meta.url)
+  Object.defineProperty(globalThis, 'WebSocket', {
+    configurable: true,
+    enumerable: false,
+    get () {
+      const value = (require('ws') as { WebSocket: unknown }).WebSocket
+      Object.defineProperty(globalThis, 'WebSocket', { configurable: true, writable: true, enumerable: false, value })
+      return value
+    },
+    set (value: unknown) {
+      Object.defineProperty(globalThis, 'WebSocket', { configurable: true, writable: true, enumerable: false, value })
+    }
+  })
 }
 
 export {}

@@ -4,9 +4,8 @@
  * protector, `@libp2p/pnet`), with a DHT protocol id derived from that key.
  * Key format and rules: spec/interconnect.md, "Private domain networks".
  */
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { readFile, stat } from 'node:fs/promises'
-import { generateKey, preSharedKey } from '@libp2p/pnet'
 import { CodedError } from './errors.js'
 import type { ConnectionProtector } from '@libp2p/interface'
 
@@ -116,14 +115,16 @@ export async function loadDomainKey (init: PrivateNetworkInit): Promise<DomainKe
   throw new InvalidDomainKeyError('A private network needs a pre-shared key (psk) or a key file (pskFile)')
 }
 
-/** A new random key, as the text of a key file */
+/** A new random key, as the text of a key file: the header, 32 random bytes in lower-case hex */
 export function generateDomainKey (): string {
-  const bytes = new Uint8Array(DOMAIN_KEY_HEADER.length + 64)
-  generateKey(bytes)
-  return new TextDecoder().decode(bytes) + '\n'
+  return DOMAIN_KEY_HEADER + randomBytes(32).toString('hex') + '\n'
 }
 
-/** The libp2p connection protector of a key */
-export function domainKeyProtector (key: DomainKey): () => ConnectionProtector {
+/**
+ * The libp2p connection protector of a key (`@libp2p/pnet` is loaded here,
+ * by the first node of a private network, not when the package is imported)
+ */
+export async function domainKeyProtector (key: DomainKey): Promise<() => ConnectionProtector> {
+  const { preSharedKey } = await import('@libp2p/pnet')
   return preSharedKey({ psk: new TextEncoder().encode(key.file) })
 }

@@ -1,0 +1,47 @@
+// One cold IoA client (bench/cold.js): a fresh process that imports
+// @ioa/node, starts a node that joins the network through one bootstrap
+// address, discovers an agent by capability and gets its first task result,
+// as an identity of its own that it does not publish (a client, as the A2A
+// client is: hosting an agent would announce it in the DHT, work a
+// requester does not need). Prints one JSON line: `import` (ms of the
+// module import) and, from after the import, `started`, `discovered` and
+// `firstResult` (ms since the import ended).
+//
+//   node --import ./scripts/polyfill.js bench/cold/ioa-client.js <bootstrap multiaddr> <capability> [all|first]
+//
+// `all` (the default) discovers with `node.discover()`: every agent found by
+// the complete DHT walk, best first. `first` takes the first verified agent
+// from the streaming `node.interconnect.discover(query, { limit: 1 })`,
+// which ends the walk there.
+const t0 = performance.now()
+const { createIoaNode } = await import('@ioa/node')
+const t1 = performance.now()
+// already loaded by @ioa/node: no import time of their own
+const { createIdentity } = await import('@ioa/interconnect')
+const { delegate } = await import('@ioa/collab')
+const [bootstrap, capability, mode = 'all'] = process.argv.slice(2)
+const since = () => performance.now() - t1
+
+const node = await createIoaNode({ bootstrap: [bootstrap], transport: { transports: ['tcp'] } })
+let out
+try {
+  const me = await createIdentity()
+  const started = since()
+  const found = []
+  if (mode === 'first') {
+    for await (const r of node.interconnect.discover({ capability }, { limit: 1, timeout: 30_000 })) found.push(r)
+  } else {
+    found.push(...await node.discover({ capability }, { limit: 1, timeout: 30_000 }))
+  }
+  if (found.length === 0) throw new Error(`no agent serves ${capability}`)
+  const discovered = since()
+  const user = await createIdentity()
+  const grant = await delegate(user, { audience: me.did, capabilities: [{ skill: capability }], expiresAt: Date.now() + 600_000 })
+  const done = await node.tasks.submitAndWait(me, found[0].card.id, { skill: capability, input: { text: 'hello' }, proofs: [grant] },
+    { signal: AbortSignal.timeout(30_000) })
+  if (done.result?.text !== 'hello') throw new Error(`unexpected result ${JSON.stringify(done.result)}`)
+  out = { import: t1 - t0, started, discovered, firstResult: since() }
+} finally {
+  await node.stop()
+}
+process.stdout.write(JSON.stringify(out) + '\n')

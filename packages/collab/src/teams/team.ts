@@ -5,17 +5,16 @@
  * sequencer (sequencer.ts) or followed from it (follower.ts); takeover is in
  * failover.ts.
  */
-import { pushable } from 'it-pushable'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
-import { EventsOverflowError, InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
+import { EventFanout } from './fanout.js'
+import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
 import { SEQUENCER_TYPES, cidOf, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
-import type { Entry, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
+import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { AbortOptions, Logger } from '@libp2p/interface'
-import type { Pushable } from 'it-pushable'
 
 /** What a team runtime needs from the service that holds it */
 export interface TeamHost {
@@ -31,10 +30,6 @@ export interface TeamHost {
   tree(team: TeamRuntime, options: AbortOptions): Promise<TeamTree>
   /** The entry was applied (the service starts or stops sequencing on epoch changes) */
   applied(team: TeamRuntime, entry: Entry): void
-}
-
-interface Listener {
-  queue: Pushable<TeamEvent>
 }
 
 export class TeamRuntime implements Team {
@@ -54,10 +49,14 @@ export class TeamRuntime implements Team {
   stablePoint = -1
   /** Derived events per seq, for replays */
   private readonly derived: TeamEvent[][] = []
-  private readonly listeners = new Set<Listener>()
+  private readonly fanout: EventFanout<TeamEvent>
   private readonly waiters = new Map<number, Array<() => void>>()
   /** Sequencer side: set while this node sequences the team */
   sequencing = false
+  /** The newest verified checkpoint */
+  lastCheckpoint?: Checkpoint
+  /** The invitation this member accepted (absent for the convener) */
+  invitation?: Invitation
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -65,6 +64,7 @@ export class TeamRuntime implements Team {
     this.identity = identity
     this.store = store
     this.host = host
+    this.fanout = new EventFanout(host.limits.maxBufferedEvents)
   }
 
   get roster (): RosterPayload {
@@ -235,40 +235,21 @@ export class TeamRuntime implements Team {
 
   /** Tell every `events()` reader */
   emit (event: TeamEvent): void {
-    for (const l of this.listeners) {
-      if (l.queue.readableLength >= this.host.limits.maxBufferedEvents) {
-        l.queue.end(new EventsOverflowError(`An events() reader fell ${this.host.limits.maxBufferedEvents} events behind`))
-        this.listeners.delete(l)
-        continue
-      }
-      l.queue.push(event)
-    }
+    this.fanout.emit(event)
   }
 
   /** End every reader (the team is closed on this node) */
   close (): void {
-    for (const l of this.listeners) l.queue.end()
-    this.listeners.clear()
+    this.fanout.close()
     for (const [, ws] of this.waiters) for (const w of ws) w()
     this.waiters.clear()
   }
 
   async * events (options: AbortOptions & { from?: number } = {}): AsyncGenerator<TeamEvent, void, undefined> {
-    const queue = pushable<TeamEvent>({ objectMode: true })
-    const listener: Listener = { queue }
     const from = options.from ?? this.store.length
-    for (let s = Math.max(0, from); s < this.store.length; s++) {
-      for (const e of this.derived[s] ?? []) queue.push(e)
-    }
-    this.listeners.add(listener)
-    const onAbort = (): void => { queue.end() }
-    options.signal?.addEventListener('abort', onAbort, { once: true })
-    try {
-      yield * queue
-    } finally {
-      options.signal?.removeEventListener('abort', onAbort)
-      this.listeners.delete(listener)
-    }
+    const replay: TeamEvent[] = []
+    for (let s = Math.max(0, from); s < this.store.length; s++) replay.push(...(this.derived[s] ?? []))
+    yield * this.fanout.listen(options, replay)
   }
 
   async waitFor (seq: number, options: AbortOptions = {}): Promise<void> {

@@ -1,0 +1,226 @@
+/**
+ * Teams between separate nodes over TCP on 127.0.0.1 (`spec/teams.md`):
+ * formation with accept and decline, the same order and history on every
+ * member, non-members and forged messages refused, roster changes seen by
+ * all in order, nested teams and the depth limit, catching up after a
+ * restart, and takeover when the sequencer's node stops.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import { delay, expectErrorCode, until } from '../../../test/util.js'
+import { newId, signRecord } from '../src/teams/records.js'
+import { FAST, goal, settled, startTeamPeer, startTeamPeers } from './teams-fixture.js'
+import { createIdentity } from '@ioa/interconnect'
+import type { Team } from '../src/teams/index.js'
+import type { TeamPeer } from './teams-fixture.js'
+
+let closers: Array<() => Promise<unknown>> = []
+
+afterEach(async () => {
+  for (const c of closers.reverse()) await c().catch(() => {})
+  closers = []
+})
+
+/** Form a team of peers[0] (convener) with every other peer, one role each */
+async function formAll (peers: TeamPeer[], text = 'plan the event'): Promise<Team> {
+  const [convener, ...others] = peers
+  return await convener.teams.form(convener.agent.did, goal(text, ['team.member']), {
+    roles: others.map((p, i) => ({ role: `r${i}`, capabilities: ['team.member'], candidates: [p.ref] }))
+  })
+}
+
+function cids (team: Team): string[] {
+  return team.history().map(e => `${e.seq}:${e.epoch}:${e.msg.payload.id}`)
+}
+
+describe('teams', () => {
+  it('forms a team: invitees accept or decline, the roster is entry 0 on every member', async () => {
+    const peers = await startTeamPeers(closers, 4, (i) => i === 3
+      ? { init: { acceptor: () => ({ accept: false, decline: { code: 'BUSY', reason: 'fully booked' } }) } }
+      : {})
+    const [convener, a, b, busy] = peers
+    const team = await convener.teams.form(convener.agent.did, goal('move the outdoor event', ['team.member']), {
+      roles: [
+        { role: 'venue', capabilities: ['team.member'], candidates: [busy.ref, a.ref] },
+        { role: 'weather', capabilities: ['team.member'], candidates: [b.ref] }
+      ]
+    })
+    expect(team.roster.members.map(m => m.agent).sort()).toEqual([convener.agent.did, a.agent.did, b.agent.did].sort())
+    expect(team.roster.members.find(m => m.agent === a.agent.did)?.role).toBe('venue')
+    expect(team.roster.successors[0]).toBe(convener.agent.did)
+    await settled([a, b], team.id, 1)
+    expect(busy.teams.team(team.id)).toBeUndefined()
+    for (const p of [a, b]) {
+      const t = p.teams.team(team.id) as Team
+      expect(t.roster.version).toBe(1)
+      expect(t.sequencer).toBe(convener.agent.did)
+    }
+  })
+
+  it('a role nobody accepts fails the formation with the declines', async () => {
+    const peers = await startTeamPeers(closers, 2, (i) => i === 1 ? { init: { acceptor: () => ({ accept: false, decline: { code: 'POLICY', reason: 'no' } }) } } : {})
+    const err = await expectErrorCode(peers[0].teams.form(peers[0].agent.did, goal('x', ['team.member']), {
+      roles: [{ role: 'r', capabilities: ['team.member'], candidates: [peers[1].ref] }]
+    }), 'FORMATION_FAILED')
+    expect(err.failures[0].tried[0]).toMatchObject({ agent: peers[1].agent.did, outcome: 'declined', code: 'POLICY' })
+  })
+
+  it('an invitee without the skill declines NOT_CAPABLE', async () => {
+    const peers = await startTeamPeers(closers, 2, (i) => i === 1 ? { skills: ['cooking.soup'] } : {})
+    const err = await expectErrorCode(formAll(peers), 'FORMATION_FAILED')
+    expect(err.failures[0].tried[0].code).toBe('NOT_CAPABLE')
+  })
+
+  it('every member sees the same messages in the same order', async () => {
+    const peers = await startTeamPeers(closers, 4)
+    const team = await formAll(peers)
+    await settled(peers, team.id, 1)
+    const handles = peers.map(p => p.teams.team(team.id) as Team)
+    await Promise.all(handles.map(async (t, i) => {
+      for (let k = 0; k < 5; k++) await t.say(`member ${i} says ${k}`)
+    }))
+    await settled(peers, team.id, 21)
+    const first = cids(handles[0])
+    expect(first).toHaveLength(21)
+    for (const t of handles) expect(cids(t)).toEqual(first)
+    // each member's own messages keep their order
+    const texts = handles[0].history().slice(1).map(e => e.msg.payload.body.text as string)
+    for (let i = 0; i < 4; i++) {
+      const mine = texts.filter(x => x.startsWith(`member ${i} `))
+      expect(mine).toEqual([0, 1, 2, 3, 4].map(k => `member ${i} says ${k}`))
+    }
+    // entries are hash-chained
+    const entries = handles[2].history()
+    for (let s = 1; s < entries.length; s++) expect(entries[s].prev).toBeDefined()
+  })
+
+  it('refuses a non-member, a forged message and a message over the size limit', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    const outsider = await startTeamPeer(closers, { name: 'outsider', dial: peers[0].node })
+    const team = await formAll(peers.slice(0, 2))
+    await settled(peers.slice(0, 2), team.id, 1)
+    const member = peers[1].teams.team(team.id) as Team
+    const messaging = outsider.node.services.messaging
+    // a non-member signs its own message
+    const own = await signRecord('message', { v: 1 as const, team: team.id, from: outsider.agent.did, id: newId(), type: 'discuss' as const, body: { text: 'let me in' }, ts: Date.now() }, outsider.agent.identity)
+    await expectErrorCode(messaging.request(peers[0].node.peerId, '/ioa/team/1.0.0', 'post', { team: team.id, msg: own }), 'NOT_MEMBER')
+    // the outsider forges a member's message: from the wrong peer, and with a key that is not the member's
+    const liar = await createIdentity()
+    const forged = await signRecord('message', { v: 1 as const, team: team.id, from: peers[1].agent.did, id: newId(), type: 'discuss' as const, body: { text: 'forged' }, ts: Date.now() }, liar)
+    await expectErrorCode(messaging.request(peers[0].node.peerId, '/ioa/team/1.0.0', 'post', { team: team.id, msg: forged }), 'PEER_MISMATCH')
+    const forgedFromPeer = await signRecord('message', { v: 1 as const, team: team.id, from: peers[1].agent.did, id: newId(), type: 'discuss' as const, body: { text: 'forged' }, ts: Date.now() }, liar)
+    await expectErrorCode(peers[1].node.services.messaging.request(peers[0].node.peerId, '/ioa/team/1.0.0', 'post', { team: team.id, msg: forgedFromPeer }), 'INVALID_SIGNATURE')
+    await expectErrorCode(member.say('x'.repeat(9000)), 'INVALID_MESSAGE')
+    expect(member.length).toBe(1)
+    // a non-member cannot subscribe either
+    await expectErrorCode((async () => { for await (const _ of messaging.stream(peers[0].node.peerId, '/ioa/team/1.0.0', 'subscribe', { team: team.id, agent: outsider.agent.did, from: 0 })) { void _ } })(), 'NOT_MEMBER')
+  })
+
+  it('a member leaves, the convener removes and admits: every member sees the same roster versions at the same positions', async () => {
+    const peers = await startTeamPeers(closers, 5)
+    const team = await formAll(peers.slice(0, 4))
+    await settled(peers.slice(0, 4), team.id, 1)
+    const leaver = peers[3].teams.team(team.id) as Team
+    await leaver.leave('done here')
+    await team.remove(peers[2].agent.did, 'not needed')
+    await team.admit(peers[4].ref, 'late', ['team.member'])
+    await team.say('welcome')
+    const stay = [peers[0], peers[1], peers[4]]
+    await settled(stay, team.id, 8)
+    const versions = (t: Team): Array<[number, number]> => t.history().filter(e => e.msg.payload.type === 'roster').map(e => [e.seq, (e.msg.payload.body.roster as { payload: { version: number } }).payload.version])
+    const handles = stay.map(p => p.teams.team(team.id) as Team)
+    expect(versions(handles[0])).toEqual([[0, 1], [2, 2], [4, 3], [6, 4]])
+    for (const t of handles) expect(versions(t)).toEqual(versions(handles[0]))
+    expect(handles[2].roster.members.map(m => m.agent).sort()).toEqual([peers[0].agent.did, peers[1].agent.did, peers[4].agent.did].sort())
+    // the late joiner got the whole history
+    expect(cids(handles[2])).toEqual(cids(handles[0]))
+    // a removed member's posts are refused
+    const removed = peers[2].teams.team(team.id) as Team
+    await until(() => removed.length >= 5 || undefined, { timeout: 10_000 })
+    await expectErrorCode(removed.say('still here?'), 'NOT_MEMBER')
+  })
+
+  it('events replay the history and go on live', async () => {
+    const peers = await startTeamPeers(closers, 2)
+    const team = await formAll(peers)
+    await settled(peers, team.id, 1)
+    const member = peers[1].teams.team(team.id) as Team
+    await team.say('one')
+    const seen: string[] = []
+    const controller = new AbortController()
+    const reading = (async () => {
+      for await (const e of member.events({ from: 0, signal: controller.signal })) {
+        seen.push(e.type === 'message' ? `${e.message.payload.type}` : e.type)
+        if (e.type === 'concluded') break
+      }
+    })()
+    await team.say('two')
+    await team.conclude('all done')
+    await reading
+    expect(seen).toEqual(['roster', 'roster', 'joined', 'joined', 'discuss', 'discuss', 'conclude', 'concluded'])
+    await expectErrorCode(team.say('after'), 'TEAM_CONCLUDED')
+  })
+
+  it('nested teams: a member forms a sub-team for its part; the root convener sees the tree; the depth limit holds', async () => {
+    const peers = await startTeamPeers(closers, 4, () => ({ init: { maxDepth: 1 } }))
+    const [root, lead, helper, deep] = peers
+    const team = await formAll([root, lead])
+    await settled([lead], team.id, 1)
+    const leadTeam = lead.teams.team(team.id) as Team
+    const sub = await leadTeam.formSubteam(goal('the venue part', ['team.member']), { roles: [{ role: 'helper', capabilities: ['team.member'], candidates: [helper.ref] }] })
+    expect(sub.roster.parent).toEqual({ team: team.id, member: lead.agent.did })
+    expect(sub.roster.depth).toBe(1)
+    await settled([root], team.id, 2)
+    const tree = await team.tree()
+    expect(tree.subteams.map(s => s.team)).toEqual([sub.id])
+    expect(tree.subteams[0].roster.members.map(m => m.agent).sort()).toEqual([lead.agent.did, helper.agent.did].sort())
+    // a sub-sub-team would be at depth 2 > maxDepth 1
+    await settled([helper], sub.id, 1)
+    const helperSub = helper.teams.team(sub.id) as Team
+    await expectErrorCode(helperSub.formSubteam(goal('deeper', ['team.member']), { roles: [{ role: 'x', capabilities: ['team.member'], candidates: [deep.ref] }] }), 'DEPTH_EXCEEDED')
+    // the sub-team concludes: the parent conversation says so
+    await sub.conclude('venue booked')
+    await until(() => team.history().some(e => e.msg.payload.type === 'subteam' && e.msg.payload.body.state === 'concluded') || undefined, { timeout: 10_000 })
+  })
+
+  it('the sequencer node stops mid-conversation: the next successor takes over, no gap and no fork', async () => {
+    const peers = await startTeamPeers(closers, 4)
+    const team = await formAll(peers)
+    await settled(peers, team.id, 1)
+    const members = peers.slice(1).map(p => p.teams.team(team.id) as Team)
+    for (let k = 0; k < 5; k++) await members[k % 3].say(`before ${k}`)
+    await settled(peers.slice(1), team.id, 6)
+    await peers[0].teams.stop()
+    await peers[0].node.stop()
+    // posts made during the takeover are retried until the new sequencer orders them
+    await Promise.all(members.map(async (t, i) => { await t.say(`after ${i}`) }))
+    await settled(peers.slice(1), team.id, 10)
+    const first = cids(members[0])
+    for (const t of members) expect(cids(t)).toEqual(first)
+    expect(members[0].epoch).toBe(1)
+    expect(members[0].sequencer).toBe(team.roster.successors[1])
+    const types = members[0].history().map(e => e.msg.payload.type)
+    expect(types.slice(0, 6)).toEqual(['roster', 'discuss', 'discuss', 'discuss', 'discuss', 'discuss'])
+    expect(types[6]).toBe('epoch')
+    expect(members[0].history().map(e => e.seq)).toEqual(first.map((_, i) => i))
+  })
+
+  it('a member that was away catches up; its history survives a restart from its datastore', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    const team = await formAll(peers)
+    await settled(peers, team.id, 1)
+    await team.say('first')
+    await settled(peers, team.id, 2)
+    const away = peers[2]
+    await away.teams.stop()
+    await away.ic.stop()
+    await away.node.stop()
+    await team.say('while you were away')
+    await team.say('and more')
+    // restart the member from its datastore: same peer id, same agent key
+    const back = await startTeamPeer(closers, { name: 'agent-2', datastore: away.datastore, dial: peers[0].node })
+    expect(back.node.peerId.toString()).toBe(away.node.peerId.toString())
+    await until(() => (back.teams.team(team.id)?.length ?? 0) >= 4 || undefined, { timeout: 20_000, what: 'catch up' })
+    expect(cids(back.teams.team(team.id) as Team)).toEqual(cids(team))
+    await delay(FAST.heartbeat as number)
+  })
+})

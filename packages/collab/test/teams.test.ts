@@ -5,6 +5,9 @@
  * all in order, nested teams and the depth limit, catching up after a
  * restart, and takeover when the sequencer's node stops.
  */
+import { spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import { delay, expectErrorCode, until } from '../../../test/util.js'
 import { newId, signRecord } from '../src/teams/records.js'
@@ -14,6 +17,8 @@ import type { Team } from '../src/teams/index.js'
 import type { TeamPeer } from './teams-fixture.js'
 
 let closers: Array<() => Promise<unknown>> = []
+const COLLAB = fileURLToPath(new URL('..', import.meta.url))
+const TEAMS_DIST = fileURLToPath(new URL('../dist/src/teams/index.js', import.meta.url))
 
 afterEach(async () => {
   for (const c of closers.reverse()) await c().catch(() => {})
@@ -222,5 +227,81 @@ describe('teams', () => {
     await until(() => (back.teams.team(team.id)?.length ?? 0) >= 4 || undefined, { timeout: 20_000, what: 'catch up' })
     expect(cids(back.teams.team(team.id) as Team)).toEqual(cids(team))
     await delay(FAST.heartbeat as number)
+  })
+})
+
+describe('teams across processes', () => {
+  it('the sequencer process is killed with SIGKILL mid-conversation: the members go on with no gap and no fork', async () => {
+    const members = await startTeamPeers(closers, 3)
+    const script = `
+      import { createTransportNode } from '@ioa/transport'
+      import { createInterconnect } from '@ioa/interconnect'
+      import { multiaddr } from '@multiformats/multiaddr'
+      import { createTeamService } from ${JSON.stringify(TEAMS_DIST)}
+      const [addrs, refs, init] = [JSON.parse(process.argv[1]), JSON.parse(process.argv[2]), JSON.parse(process.argv[3])]
+      const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
+      for (const a of addrs) await node.dial(multiaddr(a))
+      const ic = await createInterconnect(node, { requestTimeout: 3000 })
+      const agent = await ic.host({ key: 'convener', name: 'convener', skills: [{ id: 'team.member' }] })
+      const teams = createTeamService(ic, init)
+      await teams.start()
+      const team = await teams.form(agent.did, { text: 'survive the kill', capabilities: ['team.member'], deadline: Date.now() + 3600000 }, {
+        roles: refs.map((r, i) => ({ role: 'r' + i, capabilities: ['team.member'], candidates: [r] }))
+      })
+      process.stdout.write(JSON.stringify({ team: team.id }) + '\\n')
+      for (let k = 0; ; k++) {
+        const { seq } = await team.say('convener ' + k)
+        process.stdout.write(JSON.stringify({ seq }) + '\\n')
+        await new Promise(resolve => setTimeout(resolve, 50))
+      }
+    `
+    const addrs = members.map(m => m.node.getMultiaddrs()[0].toString())
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script, JSON.stringify(addrs), JSON.stringify(members.map(m => m.ref)), JSON.stringify(FAST)], { cwd: COLLAB, stdio: ['ignore', 'pipe', 'inherit'] })
+    closers.push(async () => { child.kill('SIGKILL') })
+    const lines = createInterface({ input: child.stdout })
+    let id: string | undefined
+    let killed = false
+    const acknowledged: string[] = []
+    const posting: Array<Promise<void>> = []
+    await new Promise<void>((resolve, reject) => {
+      child.once('exit', (code) => { if (!killed) reject(new Error(`child exited with ${String(code)} before the kill`)) })
+      lines.on('line', (line) => {
+        const e = JSON.parse(line)
+        if (e.team != null) {
+          id = e.team
+          // the members talk too, all through the kill
+          for (const [i, m] of members.entries()) {
+            posting.push((async () => {
+              await until(() => m.teams.team(id as string) != null || undefined, { timeout: 20_000 })
+              const t = m.teams.team(id as string) as Team
+              for (let k = 0; k < 8; k++) {
+                const msg = `member ${i} says ${k}`
+                await t.say(msg)
+                acknowledged.push(msg)
+              }
+            })())
+          }
+        }
+        // kill once the members are in and talking
+        if (e.seq >= 12 && acknowledged.length >= 6 && !killed) {
+          killed = true
+          child.kill('SIGKILL')
+          resolve()
+        }
+      })
+    })
+    await Promise.all(posting)
+    const handles = members.map(m => m.teams.team(id as string) as Team)
+    await until(() => handles.every(t => t.length === handles[0].length && t.history().some(e => e.msg.payload.type === 'epoch')) || undefined, { timeout: 20_000, what: 'members agree after the takeover' })
+    const first = cids(handles[0])
+    for (const t of handles) expect(cids(t)).toEqual(first)
+    const history = handles[0].history()
+    expect(history.map(e => e.seq)).toEqual(history.map((_, i) => i))
+    const texts = history.map(e => e.msg.payload.body.text as string | undefined)
+    for (const msg of acknowledged) expect(texts.filter(t => t === msg)).toHaveLength(1)
+    expect(acknowledged).toHaveLength(24)
+    expect(handles[0].epoch).toBeGreaterThanOrEqual(1)
+    const ids = history.map(e => e.msg.payload.id)
+    expect(new Set(ids).size).toBe(ids.length)
   })
 })

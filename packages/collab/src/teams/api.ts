@@ -229,8 +229,9 @@ export interface TeamService {
   stop(): Promise<void>
   /** Form a team convened by a hosted agent */
   form(agent: Did, goal: TeamGoal, options?: FormOptions): Promise<Team>
-  /** A team this node holds */
+  /** A team this node holds (once its first roster arrived) */
   team(id: string): Team | undefined
+  /** The teams this node holds (with a roster) */
   teams(): Team[]
   /** Node-level events: invitations answered, teams joined */
   events(options?: AbortOptions): AsyncGenerator<TeamServiceEvent, void, undefined>

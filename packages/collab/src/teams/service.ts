@@ -612,11 +612,12 @@ class DefaultTeamService implements TeamService, TeamHost {
   }
 
   team (id: string): Team | undefined {
-    return this.held.get(id)?.team
+    const t = this.held.get(id)?.team
+    return t?.hasRoster === true ? t : undefined
   }
 
   teams (): Team[] {
-    return [...this.held.values()].map(h => h.team)
+    return [...this.held.values()].map(h => h.team).filter(t => t.hasRoster)
   }
 
   private emit (event: TeamServiceEvent): void {

@@ -9,11 +9,17 @@ import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
-import { delay, expectErrorCode, until } from '../../../test/util.js'
+import { MemoryDatastore } from 'datastore-core'
+import { delay, expectErrorCode, rejectionOf, until } from '../../../test/util.js'
+import { decodeToken, delegate, tokenCid } from '../src/auth/delegation.js'
+import { createRevocation } from '../src/auth/revocation.js'
+import { RevocationStore } from '../src/auth/revocation-store.js'
+import { defaultMatcher } from '../src/teams/index.js'
 import { newId, signRecord } from '../src/teams/records.js'
 import { FAST, goal, settled, startTeamPeer, startTeamPeers } from './teams-fixture.js'
 import { createIdentity } from '@ioa/interconnect'
 import type { Team } from '../src/teams/index.js'
+import type { DiscoveredAgent } from '@ioa/interconnect'
 import type { TeamPeer } from './teams-fixture.js'
 
 let closers: Array<() => Promise<unknown>> = []
@@ -303,5 +309,74 @@ describe('teams across processes', () => {
     expect(handles[0].epoch).toBeGreaterThanOrEqual(1)
     const ids = history.map(e => e.msg.payload.id)
     expect(new Set(ids).size).toBe(ids.length)
+  })
+})
+
+describe('teams: membership is authority', () => {
+  it('a member whose token is revoked is removed, and every member sees the new roster', async () => {
+    const store = await RevocationStore.open(new MemoryDatastore())
+    const peers = await startTeamPeers(closers, 3, (i) => i === 0 ? { init: { revocations: store, revocationCheckInterval: 200 } } : {})
+    const team = await formAll(peers)
+    await settled(peers, team.id, 1)
+    const victim = peers[2].teams.team(team.id) as Team & { invitation: { payload: { token: Uint8Array } } }
+    const token = decodeToken(victim.invitation.payload.token)
+    expect(team.roster.members.find(m => m.agent === peers[2].agent.did)?.token).toBe((await tokenCid(token)).toString())
+    await store.add(await createRevocation(peers[0].agent.identity, token), { path: [token] })
+    await settled(peers.slice(0, 2), team.id, 2)
+    for (const p of peers.slice(0, 2)) {
+      await until(() => (p.teams.team(team.id) as Team).roster.members.length === 2 || undefined, { timeout: 10_000 })
+    }
+    expect((peers[1].teams.team(team.id) as Team).roster.members.map(m => m.agent)).not.toContain(peers[2].agent.did)
+    await until(() => victim.roster.members.every(m => m.agent !== peers[2].agent.did) || undefined, { timeout: 10_000, what: 'the removed member learns it' })
+    await expectErrorCode(victim.say('am I still in?'), 'NOT_MEMBER')
+  })
+
+  it('an invitation whose token escalates the convener\'s chain is refused with ESCALATION', async () => {
+    const peers = await startTeamPeers(closers, 2)
+    const user = await createIdentity()
+    // the user grants the convener only team.lead; the convener invites for team.member
+    const grant = await delegate(user, { audience: peers[0].agent.did, capabilities: [{ skill: 'team.lead' }], expiresAt: Date.now() + 3_600_000 })
+    const err = await rejectionOf(peers[0].teams.form(peers[0].agent.did, goal('x', ['team.member']), {
+      proofs: [grant], roles: [{ role: 'r', capabilities: ['team.member'], candidates: [peers[1].ref] }]
+    }))
+    expect(err.code).toBe('FORMATION_FAILED')
+    expect(err.failures[0].tried[0].code).toBe('ESCALATION')
+  })
+
+  it('the default matcher ranks candidates by the relevance of their cards to the goal', async () => {
+    const card = (id: string, description: string, score = 0): DiscoveredAgent => ({
+      card: { id, name: id, description, skills: [{ id: 'venue.booking', tags: [] }] }, skills: [{ id: 'venue.booking', tags: [] }], score
+    }) as unknown as DiscoveredAgent
+    const ranked = await defaultMatcher(goal('an indoor concert hall for 500 people, in case of rain', ['venue.booking']), 'venue.booking', [
+      card('did:a', 'beach huts and surf boards', 5),
+      card('did:b', 'concert halls and indoor venues for large audiences', 0),
+      card('did:c', 'garden parties', 1)
+    ])
+    expect(ranked.map(c => c.card.id)).toEqual(['did:b', 'did:a', 'did:c'])
+  })
+})
+
+describe('teams: formation by discovery', () => {
+  it('finds candidates by capability over the DHT, ranks them by the goal and invites the best', async () => {
+    const peers = await startTeamPeers(closers, 5, (i) => ({
+      name: ['organiser', 'beach', 'hall', 'weather', 'garden'][i],
+      skills: [[], ['venue.booking'], ['venue.booking'], ['weather.forecast'], ['venue.booking']][i].length === 0 ? ['team.lead'] : [['team.lead'], ['venue.booking'], ['venue.booking'], ['weather.forecast'], ['venue.booking']][i]
+    }))
+    // richer cards: re-host with descriptions
+    const described = ['', 'beach huts and surf boards by the sea', 'indoor concert halls for large audiences', 'hourly weather forecasts', 'garden parties under the trees']
+    for (const [i, p] of peers.entries()) {
+      if (i === 0) continue
+      await p.ic.unhost(p.agent.did)
+      p.agent = await p.ic.host({ key: `desc-${i}`, name: `agent ${i}`, description: described[i], skills: p.agent.card.card.skills.map(s => ({ id: s.id, description: described[i] })) })
+      p.ref = { agent: p.agent.did, peer: p.node.peerId.toString() }
+    }
+    await Promise.all(peers.map(async p => { await p.ic.announced() }))
+    const organiser = peers[0]
+    await until(async () => (await organiser.ic.discoverAll({ capability: 'venue.booking' }, { timeout: 3_000, cache: false })).length >= 3 || undefined, { timeout: 30_000, what: 'three venues discoverable' })
+    const team = await organiser.teams.form(organiser.agent.did, goal('the concert moves indoors because of rain: find a concert hall', ['venue.booking', 'weather.forecast']), { discoveryTimeout: 5_000 })
+    const byRole = Object.fromEntries(team.roster.members.map(m => [m.role, m.agent]))
+    expect(byRole['venue.booking']).toBe(peers[2].agent.did)
+    expect(byRole['weather.forecast']).toBe(peers[3].agent.did)
+    expect(team.roster.members).toHaveLength(3)
   })
 })

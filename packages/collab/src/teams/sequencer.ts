@@ -21,8 +21,8 @@ import type { Logger } from '@libp2p/interface'
 export interface SequencerInit {
   limits: TeamsLimits
   log: Logger
-  /** Revocation check of member chains */
-  isRevoked?: (cid: string) => boolean | Promise<boolean>
+  /** Revocation check of member chains (`issuers`: who may revoke, when known) */
+  isRevoked?: (cid: string, issuers?: readonly Did[]) => boolean | Promise<boolean>
   /** Members that promised the epoch (or accepted the formation): counted as acknowledged at the start */
   promised: Did[]
   /** The epoch this sequencer orders: the team's current one, or the promised one it starts with `startEpoch` */
@@ -156,9 +156,11 @@ export class Sequencer {
     if (isRevoked == null || this.stopped || this.team.concluded) return
     this.enqueue(async () => {
       const revoked: Did[] = []
+      const { convener } = this.team.roster
       for (const m of this.team.roster.members) {
-        for (const c of m.chain) {
-          if (await isRevoked(c)) { revoked.push(m.agent); break }
+        // the member's own token was issued by the convener; the tokens it derives from, by principals the roster does not name
+        for (const [i, c] of m.chain.entries()) {
+          if (await isRevoked(c, i === 0 && m.agent !== convener ? [convener] : undefined)) { revoked.push(m.agent); break }
         }
       }
       if (revoked.length > 0) {

@@ -251,7 +251,7 @@ class DefaultTeamService implements TeamService, TeamHost {
       log: this.log,
       promised,
       epoch: newEpoch ? team.promised : team.epoch,
-      isRevoked: this.init.revocations == null ? undefined : async (cid) => await (this.init.revocations as { isRevoked(c: string): boolean | Promise<boolean> }).isRevoked(cid)
+      isRevoked: this.init.revocations == null ? undefined : async (cid, issuers) => await (this.init.revocations as { isRevoked(c: string, i?: readonly Did[]): boolean | Promise<boolean> }).isRevoked(cid, issuers)
     })
     h.sequencer = sequencer
     sequencer.start()

@@ -187,10 +187,24 @@ describe('negotiation over TCP', () => {
     expect((await call(callerB) as { proposals: unknown[] }).proposals).toHaveLength(1)
   }, 30_000)
 
+  it('a flood of concurrent calls from one peer holds at most maxOpenCfpsPerPeer (8) slots; the rest is TOO_MANY_REQUESTS', async () => {
+    await negs[2].bid(decliner.did, 'travel.hotel.quote', () => ({ offer: { price: { amount: 10, currency: 'EUR' } } }))
+    try {
+      const due = Date.now() + 15_000
+      const rounds = await Promise.all(Array.from({ length: 40 }, async () => negs[0].callForProposals(caller, [cand(decliner, 2)], { skill: 'travel.hotel.quote', what: 'a quote', due, exp: due + 60_000 })))
+      expect(rounds.filter(r => r.proposals.length === 1)).toHaveLength(8)
+      expect(rounds.flatMap(r => r.failed.map(f => f.code))).toEqual(Array(32).fill('TOO_MANY_REQUESTS'))
+      expect(negs[2].openCfps()).toEqual({ total: 8, peers: 1 })
+    } finally {
+      negs[2].unbid(decliner.did, 'travel.hotel.quote')
+    }
+  }, 30_000)
+
   it('refuses bad calls on the wire with their codes', async () => {
     const request = async (payload: unknown): Promise<unknown> => nodes[0].services.messaging.request(peerIdFromString(peerOf(1)), NEGOTIATION_PROTOCOL, 'cfp', payload, { timeout: 5_000 })
     const fields = (due: number): Parameters<typeof signCfp>[2] => ({ id: 'c' + 'a'.repeat(26), skill: 'travel.hotel.booking', what: 'a room', due, exp: due + 60_000 })
     const good = await signCfp(caller, proposer.did, fields(Date.now() + 5_000))
+    const held = negs[1].openCfps().total
 
     expect(await rejectionOf(request({ cfp: good, extra: 1 }))).toMatchObject({ code: 'INVALID_TEAM_RECORD' })
     expect(await rejectionOf(request({ cfp: { ...good, payload: { ...good.payload, what: '' } } }))).toMatchObject({ code: 'INVALID_TEAM_RECORD' })
@@ -200,8 +214,45 @@ describe('negotiation over TCP', () => {
     expect(await rejectionOf(request({ cfp: await signCfp(caller, proposer.did, fields(Date.now() + 200_000)) }))).toMatchObject({ code: 'INVALID_TEAM_RECORD' })
     const forged = { ...good, payload: { ...good.payload, from: stranger.did } }
     expect(await rejectionOf(request({ cfp: forged }))).toMatchObject({ code: 'INVALID_SIGNATURE' })
-    expect(negs[1].openCfps().total).toBe(0)
+    // none of them took a slot
+    expect(negs[1].openCfps().total).toBe(held)
     // the caller checks its own call before sending
     expect(await rejectionOf(negs[0].callForProposals(caller, [cand(proposer, 1)], { skill: 'travel.hotel.booking', what: 'x', due: Date.now() + 120_000, exp: Date.now() + 200_000 }))).toMatchObject({ code: 'INVALID_ARGUMENT' })
+  }, 30_000)
+  it('a repeated call gets the same proposal and holds one slot; bad awards are refused on the wire with their codes', async () => {
+    const cfpRequest = async (payload: unknown): Promise<any> => nodes[0].services.messaging.request(peerIdFromString(peerOf(1)), NEGOTIATION_PROTOCOL, 'cfp', payload, { timeout: 5_000 })
+    const awardRequest = async (payload: unknown): Promise<any> => nodes[0].services.messaging.request(peerIdFromString(peerOf(1)), NEGOTIATION_PROTOCOL, 'award', payload, { timeout: 5_000 })
+    const due = Date.now() + 10_000
+    const cfp = await signCfp(caller, proposer.did, { id: 'c' + 'b'.repeat(26), skill: 'travel.hotel.booking', what: 'a room', due, exp: due + 60_000 })
+    const held = negs[1].openCfps().total
+    const [a, b] = await Promise.all([cfpRequest({ cfp }), cfpRequest({ cfp })])
+    expect(a.proposal).toBeDefined()
+    expect(b).toEqual(a)
+    expect(negs[1].openCfps().total).toBe(held + 1)
+
+    const cfpCid = await cidOf(cfp)
+    const proposalCid = await cidOf(a.proposal)
+    const awardOf = async (signer: Identity, change: Record<string, unknown> = {}): Promise<unknown> => ({
+      award: await signRecord('award', { v: 1, cfp: cfpCid, proposal: proposalCid, from: caller.did, to: proposer.did, ts: Date.now(), ...change }, signer)
+    })
+    const stranger = await createIdentity()
+    // signed by another key than the caller's
+    expect(await rejectionOf(awardRequest(await awardOf(stranger)))).toMatchObject({ code: 'INVALID_SIGNATURE' })
+    // from another caller than the call's
+    expect(await rejectionOf(awardRequest(await awardOf(stranger, { from: stranger.did })))).toMatchObject({ code: 'UNKNOWN_PROPOSAL' })
+    // for another call
+    expect(await rejectionOf(awardRequest(await awardOf(caller, { cfp: proposalCid })))).toMatchObject({ code: 'UNKNOWN_PROPOSAL' })
+    // ts outside the clock skew
+    expect(await rejectionOf(awardRequest(await awardOf(caller, { ts: Date.now() - 120_000 })))).toMatchObject({ code: 'EXPIRED' })
+    // a malformed request, and an agent not hosted there
+    expect(await rejectionOf(awardRequest({ award: { payload: {}, sig: new Uint8Array(64) } }))).toMatchObject({ code: 'INVALID_TEAM_RECORD' })
+    expect(await rejectionOf(awardRequest(await awardOf(caller, { to: stranger.did })))).toMatchObject({ code: 'UNKNOWN_AGENT' })
+    expect(negs[1].openCfps().total).toBe(held + 1)
+    // the right award commits, once: a repeat gets the same commitment
+    const award = await awardOf(caller)
+    const first = await awardRequest(award)
+    expect(await verifyRecord('commit', first.commitment, proposer.did)).toBe(true)
+    expect(await awardRequest(award)).toEqual(first)
+    expect(negs[1].openCfps().total).toBe(held)
   }, 30_000)
 })

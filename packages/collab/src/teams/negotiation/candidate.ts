@@ -111,14 +111,19 @@ export class NegotiationCandidate {
       this.log('cfp %s from %s: no bidder of %s for %s, declined NOT_CAPABLE', p.id, peer, p.to, p.skill)
       return { decline: { code: 'NOT_CAPABLE', reason: `no bidder for ${p.skill}` } }
     }
-    if (!await verifyRecord('cfp', cfp, p.from)) {
-      this.refuse(peer, 'cfp', () => { throw new InvalidSignatureError('The call is not signed by its from') })
-    }
-
+    // the slot is taken before the first await: concurrent calls cannot pass the bound together
     const entry: OpenCall = { cfpCid, cfp, peer, until: p.due, commit: registered.commit, answer: Promise.resolve({ decline: { code: 'OTHER', reason: '' } }) }
     this.hold(entry)
-    entry.answer = this.runBidder(entry, registered.bidder, identity, ctx.signal)
+    entry.answer = this.verifyAndBid(entry, registered.bidder, identity, ctx.signal)
     return await entry.answer
+  }
+
+  private async verifyAndBid (entry: OpenCall, bidder: Bidder, identity: Identity, callerSignal: AbortSignal): Promise<CfpAnswer> {
+    if (!await verifyRecord('cfp', entry.cfp, entry.cfp.payload.from)) {
+      this.release(entry)
+      this.refuse(entry.peer, 'cfp', () => { throw new InvalidSignatureError('The call is not signed by its from') })
+    }
+    return await this.runBidder(entry, bidder, identity, callerSignal)
   }
 
   private async runBidder (entry: OpenCall, bidder: Bidder, identity: Identity, callerSignal: AbortSignal): Promise<CfpAnswer> {

@@ -32,7 +32,7 @@ export interface NegotiationInit {
   clockSkew?: number
   /** Candidate: commitments remembered to answer a repeated award the same way @default 64 */
   maxRecentCommitments?: number
-  /** Logger component name @default 'ioa:collab:negotiation' */
+  /** Logger component prefix: the caller logs as `<logPrefix>:caller`, the candidate as `<logPrefix>:candidate` @default 'ioa:collab:negotiation' */
   logPrefix?: string
 }
 

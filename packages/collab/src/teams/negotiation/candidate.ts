@@ -56,6 +56,8 @@ export class NegotiationCandidate {
   private readonly perPeer = new Map<string, number>()
   /** Award CID -> the commitment given (a repeated award gets the same answer) */
   private readonly recent = new Map<string, Commitment>()
+  /** Aborted by `clear()` (the service stops): running bidders and committers are told */
+  private stopping = new AbortController()
 
   constructor (components: NegotiationComponents, limits: NegotiationLimits, log: Logger) {
     this.components = components
@@ -78,6 +80,8 @@ export class NegotiationCandidate {
   }
 
   clear (): void {
+    this.stopping.abort()
+    this.stopping = new AbortController()
     this.open.clear()
     this.byProposal.clear()
     this.perPeer.clear()
@@ -128,7 +132,7 @@ export class NegotiationCandidate {
 
   private async runBidder (entry: OpenCall, bidder: Bidder, identity: Identity, callerSignal: AbortSignal): Promise<CfpAnswer> {
     const p = entry.cfp.payload
-    const signal = AbortSignal.any([callerSignal, AbortSignal.timeout(Math.max(1, p.due - Date.now()))])
+    const signal = AbortSignal.any([callerSignal, this.stopping.signal, AbortSignal.timeout(Math.max(1, p.due - Date.now()))])
     let answer: BidAnswer
     try {
       answer = await raceSignal(Promise.resolve().then(async () => bidder({ cfp: p, cid: entry.cfpCid, peer: entry.peer, signal })), signal)
@@ -212,7 +216,7 @@ export class NegotiationCandidate {
         return { decline: { code: 'DEADLINE', reason: 'the proposal expired' } }
       }
       if (entry.commit != null) {
-        const signal = AbortSignal.any([callerSignal, AbortSignal.timeout(this.limits.awardTimeout)])
+        const signal = AbortSignal.any([callerSignal, this.stopping.signal, AbortSignal.timeout(this.limits.awardTimeout)])
         let decision
         try {
           decision = await raceSignal(Promise.resolve().then(async () => (entry.commit as Committer)({ award, proposal, cfp: entry.cfp, signal })), signal)

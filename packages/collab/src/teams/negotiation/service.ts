@@ -28,9 +28,8 @@ class DefaultNegotiation implements Negotiation {
       if (v !== undefined) limits[k] = v
     }
     this.components = components
-    const log = components.logger.forComponent(logPrefix)
-    this.candidate = new NegotiationCandidate(components, limits, log)
-    this.caller = new NegotiationCaller(components, limits, log)
+    this.candidate = new NegotiationCandidate(components, limits, components.logger.forComponent(`${logPrefix}:candidate`))
+    this.caller = new NegotiationCaller(components, limits, components.logger.forComponent(`${logPrefix}:caller`))
   }
 
   async start (): Promise<void> {

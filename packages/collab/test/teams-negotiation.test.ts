@@ -93,10 +93,13 @@ describe('negotiation over TCP', () => {
 
   it('a call to three candidates resolves at due: one proposal, one decline, one silent', async () => {
     const due = Date.now() + 3_000
+    const answers: string[] = []
     const round = await negs[0].callForProposals(caller, [cand(proposer, 1), cand(decliner, 2), cand(silent, 3)], {
       skill: 'travel.hotel.booking', what: 'a double room near Lyon for tonight', constraints: { maxAmount: 200, currency: 'EUR' }, due, exp: due + 3_600_000
-    })
+    }, { onAnswer: (a) => answers.push(a.type) })
     expect(Date.now()).toBeGreaterThanOrEqual(due)
+    // the two answers were told as they came, the silent candidate only in the round
+    expect(answers.sort()).toEqual(['decline', 'proposal'])
     expect(round.due).toBe(due)
     expect(round.proposals.map(p => p.agent)).toEqual([proposer.did])
     expect(round.declines).toEqual([{ ...cand(decliner, 2), decline: { code: 'NOT_CAPABLE', reason: 'no bidder for travel.hotel.booking' } }])

@@ -136,6 +136,17 @@ export interface Round {
   failed: Array<Candidate & { code: string, message: string }>
 }
 
+/** One answer of a round, as it arrives (before `due`) */
+export type RoundAnswer =
+  | { type: 'proposal', proposal: ReceivedProposal }
+  | ({ type: 'decline' } & Candidate & { decline: Decline })
+  | ({ type: 'failed' } & Candidate & { code: string, message: string })
+
+export interface CallOptions extends AbortOptions {
+  /** Told of each answer as it arrives; silent candidates are known only at `due` (in the `Round`) */
+  onAnswer?: (answer: RoundAnswer) => void
+}
+
 /** Picks the proposal to award, or none */
 export type Chooser = (proposals: readonly ReceivedProposal[]) => ReceivedProposal | undefined
 
@@ -158,7 +169,7 @@ export interface Negotiation {
   /** Remove a bidder */
   unbid(agent: Did, skill: string): void
   /** Caller side: send the call to every candidate in parallel; resolves at `due`, or once every candidate answered */
-  callForProposals(from: Identity, candidates: readonly Candidate[], call: CallInit, options?: AbortOptions): Promise<Round>
+  callForProposals(from: Identity, candidates: readonly Candidate[], call: CallInit, options?: CallOptions): Promise<Round>
   /** Caller side: award a proposal; resolves with the verified commitment, or fails with a typed error (`DECLINED`: its `decline`) */
   award(from: Identity, proposal: ReceivedProposal, options?: AbortOptions): Promise<Commitment>
   /** Open calls this node holds as a candidate, in total and per calling peer */

@@ -13,7 +13,7 @@ import { DeclinedError, InvalidTeamRecordError, RecordExpiredError, teamFromRemo
 import { cidOf, parseDecline, signRecord, verifyRecord } from '../records.js'
 import { NEGOTIATION_PROTOCOL } from './api.js'
 import { newCfpId, parseCommitment, parseProposal, signCfp } from './records.js'
-import type { CallInit, Candidate, NegotiationComponents, NegotiationLimits, ReceivedProposal, Round } from './api.js'
+import type { CallInit, CallOptions, Candidate, NegotiationComponents, NegotiationLimits, ReceivedProposal, Round, RoundAnswer } from './api.js'
 import type { Decline } from '../records.js'
 import type { AwardPayload, Cfp, Commitment } from './records.js'
 import type { Identity } from '@ioa/interconnect'
@@ -39,7 +39,7 @@ export class NegotiationCaller {
     this.log = log
   }
 
-  async callForProposals (from: Identity, candidates: readonly Candidate[], call: CallInit, options: AbortOptions = {}): Promise<Round> {
+  async callForProposals (from: Identity, candidates: readonly Candidate[], call: CallInit, options: CallOptions = {}): Promise<Round> {
     const now = Date.now()
     const due = call.due ?? now + this.limits.bidWindow
     this.checkCall(candidates, call, due, now)
@@ -72,6 +72,7 @@ export class NegotiationCaller {
           if (ended.signal.aborted) return
           outcomes[i] = outcome
           if (outcome.kind === 'proposal') round.proposals.push({ ...outcome.value, arrival: round.proposals.length })
+          this.tell(options, c, outcome, round)
           if (--left === 0) finish()
         })
       })
@@ -85,6 +86,19 @@ export class NegotiationCaller {
     })
     this.log('cfp %s (%s): %d proposals, %d declines, %d silent, %d failed', id, call.skill, round.proposals.length, round.declines.length, round.silent.length, round.failed.length)
     return round
+  }
+
+  /** Tell `onAnswer` of an answer; a failing listener is logged, never the round's failure */
+  private tell (options: CallOptions, c: Candidate, outcome: Outcome, round: Round): void {
+    if (options.onAnswer == null || outcome.kind === 'silent') return
+    const answer: RoundAnswer = outcome.kind === 'proposal'
+      ? { type: 'proposal', proposal: round.proposals[round.proposals.length - 1] }
+      : outcome.kind === 'decline' ? { type: 'decline', ...c, decline: outcome.decline } : { type: 'failed', ...c, code: outcome.code, message: outcome.message }
+    try {
+      options.onAnswer(answer)
+    } catch (err: any) {
+      this.log.error('cfp %s: onAnswer failed - %e', round.id, err)
+    }
   }
 
   private checkCall (candidates: readonly Candidate[], call: CallInit, due: number, now: number): void {

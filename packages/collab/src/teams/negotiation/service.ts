@@ -8,7 +8,7 @@ import { NEGOTIATION_DEFAULTS, NEGOTIATION_PROTOCOL } from './api.js'
 import { NegotiationCaller } from './caller.js'
 import { NegotiationCandidate } from './candidate.js'
 import type {
-  Bidder, BidOptions, CallInit, Candidate, Negotiation, NegotiationComponents, NegotiationInit, NegotiationLimits,
+  Bidder, BidOptions, CallInit, CallOptions, Candidate, Negotiation, NegotiationComponents, NegotiationInit, NegotiationLimits,
   ReceivedProposal, Round
 } from './api.js'
 import type { Commitment } from './records.js'
@@ -56,7 +56,7 @@ class DefaultNegotiation implements Negotiation {
     this.candidate.unbid(agent, skill)
   }
 
-  async callForProposals (from: Identity, candidates: readonly Candidate[], call: CallInit, options: AbortOptions = {}): Promise<Round> {
+  async callForProposals (from: Identity, candidates: readonly Candidate[], call: CallInit, options: CallOptions = {}): Promise<Round> {
     return await this.caller.callForProposals(from, candidates, call, options)
   }
 

@@ -220,6 +220,8 @@ describe('negotiation over TCP', () => {
     // none of them took a slot
     expect(negs[1].openCfps().total).toBe(held)
     // the caller checks its own call before sending
+    expect(await rejectionOf(negs[0].callForProposals(caller, [{ agent: proposer.did, peer: 'not-a-peer' }], { skill: 'travel.hotel.booking', what: 'x', exp: Date.now() + 200_000 }))).toMatchObject({ code: 'INVALID_ARGUMENT' })
+    expect(await rejectionOf(negs[0].callForProposals(caller, [cand(proposer, 1), cand(proposer, 1)], { skill: 'travel.hotel.booking', what: 'x', exp: Date.now() + 200_000 }))).toMatchObject({ code: 'INVALID_ARGUMENT' })
     expect(await rejectionOf(negs[0].callForProposals(caller, [cand(proposer, 1)], { skill: 'travel.hotel.booking', what: 'x', due: Date.now() + 120_000, exp: Date.now() + 200_000 }))).toMatchObject({ code: 'INVALID_ARGUMENT' })
   }, 30_000)
   it('a repeated call gets the same proposal and holds one slot; bad awards are refused on the wire with their codes', async () => {

@@ -5,7 +5,7 @@
  * declines, the silent candidates and the failed ones; `award` sends the
  * signed award and verifies the commitment it gets back.
  */
-import { isCapability } from '@ioa/interconnect'
+import { isCapability, isDid } from '@ioa/interconnect'
 import { CanceledError, InvalidArgumentError } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { InvalidSignatureError } from '../../errors.js'
@@ -106,6 +106,14 @@ export class NegotiationCaller {
       throw new InvalidArgumentError(`A call needs 1 to ${this.limits.maxCandidates} candidates`)
     }
     if (new Set(candidates.map(c => c.agent)).size !== candidates.length) throw new InvalidArgumentError('A candidate is listed twice')
+    for (const c of candidates) {
+      if (!isDid(c.agent)) throw new InvalidArgumentError(`Candidate ${JSON.stringify(c.agent)} is not a did:key`)
+      try {
+        peerIdFromString(c.peer)
+      } catch (err) {
+        throw new InvalidArgumentError(`Candidate ${c.agent} has an invalid peer id ${JSON.stringify(c.peer)}`, { cause: err })
+      }
+    }
     if (!isCapability(call.skill)) throw new InvalidArgumentError(`Invalid skill ${JSON.stringify(call.skill)}`)
     if (!Number.isInteger(due) || due <= now || due > now + this.limits.maxBidWindow) {
       throw new InvalidArgumentError(`due must be within maxBidWindow (${this.limits.maxBidWindow} ms) from now`)

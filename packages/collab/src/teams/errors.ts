@@ -191,6 +191,15 @@ export class DivergedError extends TeamError {
   }
 }
 
+export class UnknownProposalError extends TeamError {
+  static override name = 'UnknownProposalError'
+  static code = 'UNKNOWN_PROPOSAL'
+  constructor (message = 'No open proposal matches the award', options?: ErrorOptions) {
+    super(UnknownProposalError.code, message, options)
+    this.name = UnknownProposalError.name
+  }
+}
+
 const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownTeamError.code, UnknownTeamError],
   [NotMemberError.code, NotMemberError],
@@ -210,7 +219,8 @@ const BY_CODE = new Map<string, CollabErrorClass>([
   [DeclinedError.code, DeclinedError],
   [TeamStalledError.code, TeamStalledError],
   [TeamFormationError.code, TeamFormationError],
-  [DivergedError.code, DivergedError]
+  [DivergedError.code, DivergedError],
+  [UnknownProposalError.code, UnknownProposalError]
 ])
 
 /**

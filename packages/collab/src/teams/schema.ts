@@ -6,7 +6,7 @@
 import { isMap } from '../shape.js'
 import type { CollabError } from '../errors.js'
 
-export type FieldKind = 'text' | 'int' | 'map' | 'list' | 'bytes' | 'bool'
+export type FieldKind = 'text' | 'int' | 'number' | 'map' | 'list' | 'bytes' | 'bool'
 
 export interface FieldSpec {
   kind: FieldKind
@@ -64,6 +64,11 @@ function fieldProblem (v: unknown, spec: FieldSpec): string | undefined {
     case 'int':
       if (typeof v !== 'number' || !Number.isInteger(v) || v < (spec.min ?? 0) || v > (spec.max ?? MAX_INT)) {
         return `must be an integer from ${spec.min ?? 0} to ${spec.max ?? MAX_INT}`
+      }
+      return undefined
+    case 'number':
+      if (typeof v !== 'number' || !Number.isFinite(v) || v < (spec.min ?? 0) || v > (spec.max ?? MAX_INT)) {
+        return `must be a number from ${spec.min ?? 0} to ${spec.max ?? MAX_INT}`
       }
       return undefined
     case 'bool':

@@ -27,6 +27,7 @@ import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.
 import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
 import { soakGroup } from './soak.js'
+import { teamGroup } from './teams.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -484,6 +485,7 @@ const GROUPS = [
   orchestrationGroup,
   dagGroup,
   nodeGroup,
+  teamGroup,
   // only when asked for (`--group soak`): it runs for over a minute
   soakGroup
 ]

@@ -66,3 +66,6 @@ export type {
 } from './orchestration/orchestrator.js'
 export { RunJournal, JOURNAL_PREFIX, RUN_ID } from './orchestration/journal.js'
 export type { RunRecord, StepRecord, AttemptRecord, AttemptState, RunState, StepState } from './orchestration/journal.js'
+// teams: formation, rosters, the ordered group conversation (spec/teams.md)
+export * from './teams/index.js'
+export * from './teams/negotiation/index.js'

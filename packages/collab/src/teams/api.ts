@@ -139,6 +139,8 @@ export interface FormOptions extends AbortOptions {
   candidates?: number
   /** How long discovery runs per capability, ms @default 5_000 */
   discoveryTimeout?: number
+  /** Use the interconnect's cached discovery results when fresh @default true */
+  cache?: boolean
 }
 
 /** Why a role could not be filled */

@@ -45,12 +45,22 @@ function servesAll (d: DiscoveredAgent, caps: string[]): boolean {
   return caps.every(c => d.card.skills.some(s => skillCovers(`${c}.*`, s.id)))
 }
 
-async function candidatesFor (deps: FormationDeps, convener: Did, goal: TeamGoal, role: RoleInit, options: FormOptions, exclude: ReadonlySet<Did>): Promise<Candidate[]> {
+/** One lookup per capability per formation, shared by the roles that need it */
+type Lookups = Map<string, Promise<DiscoveredAgent[]>>
+
+async function candidatesFor (deps: FormationDeps, convener: Did, goal: TeamGoal, role: RoleInit, options: FormOptions, exclude: ReadonlySet<Did>, lookups: Lookups, share: number): Promise<Candidate[]> {
   if (role.candidates != null) return role.candidates.filter(c => !exclude.has(c.agent) && c.agent !== convener)
-  const found = await deps.components.interconnect.discoverAll({ capability: role.capabilities[0] }, { timeout: options.discoveryTimeout ?? 5_000, signal: options.signal })
+  const capability = role.capabilities[0]
+  let lookup = lookups.get(capability)
+  if (lookup == null) {
+    lookup = deps.components.interconnect.discoverAll({ capability }, { timeout: options.discoveryTimeout ?? 5_000, cache: options.cache, signal: options.signal })
+    lookups.set(capability, lookup)
+  }
+  const found = await lookup
   const fit = found.filter(d => d.card.id !== convener && !exclude.has(d.card.id) && servesAll(d, role.capabilities))
-  const ranked = await deps.matcher(goal, role.capabilities[0], fit)
-  return ranked.slice(0, options.candidates ?? deps.limits.candidatesPerCapability).map(d => ({ agent: d.card.id, peer: d.card.peer }))
+  const ranked = await deps.matcher(goal, capability, fit)
+  // the roles that share a capability share its ranking: each may try its number of candidates
+  return ranked.slice(0, (options.candidates ?? deps.limits.candidatesPerCapability) * share).map(d => ({ agent: d.card.id, peer: d.card.peer }))
 }
 
 /**
@@ -109,12 +119,13 @@ export async function formTeam (deps: FormationDeps, convener: Identity, team: s
   if (roles.length + 1 > deps.limits.maxMembers) throw new TeamFormationError(`${roles.length} roles do not fit ${deps.limits.maxMembers} members`)
   const proofs = options.proofs ?? []
   const used = new Set<Did>([convener.did])
+  const lookups: Lookups = new Map()
   const failures: RoleFailure[] = []
   const results = await Promise.all(roles.map(async (role) => {
     const failure: RoleFailure = { role: role.role, tried: [] }
     let candidates: Candidate[]
     try {
-      candidates = await candidatesFor(deps, convener.did, goal, role, options, used)
+      candidates = await candidatesFor(deps, convener.did, goal, role, options, used, lookups, roles.filter(r => r.capabilities[0] === role.capabilities[0]).length)
     } catch (err: any) {
       deps.log.error('team %s: discovery for role %s failed - %e', team, role.role, err)
       candidates = []

@@ -10,6 +10,7 @@ export type {
   RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal
 } from './api.js'
 export {
+  signRecord as signTeamRecord, verifyRecord as verifyTeamRecord, newId as newMessageId, newTeamId, cidOf as teamRecordCid,
   TEAM_PREFIXES, TEAM_RECORD_VERSION, MESSAGE_TYPES, recordSigningBytes, parseRoster, parseMessage, parseEntry, parseInvitation,
   parseAcceptance, parseCheckpoint, parseClaim
 } from './records.js'

@@ -14,4 +14,3 @@ export type { AwardDeclinedError } from './caller.js'
 export type {
   Award, AwardPayload, Cfp, CfpFields, CfpPayload, Commitment, CommitmentPayload, Price, Proposal, ProposalPayload
 } from './records.js'
-export type { Decline, DeclineCode, Signed } from '../records.js'

@@ -13,7 +13,7 @@ import { identityFromPrivateKey } from '@ioa/interconnect'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { MemoryDatastore } from 'datastore-core'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { ed25519KeyFromSeed, fromHex, readSpecBlock, toHex } from '../../../test/util.js'
+import { ed25519KeyFromSeed, fromHex, readSpec, readSpecBlock, toHex } from '../../../test/util.js'
 import { refusal } from './vectors-fixture.js'
 import { decodeToken, encodeToken, tokenCid } from '../src/auth/delegation.js'
 import { TEAM_DEFAULTS } from '../src/teams/api.js'
@@ -218,5 +218,16 @@ describe('team records parse strictly', () => {
     ['claim: an unknown key', 'INVALID_TEAM_RECORD', () => parseClaim(withPayload(v.claim, { extra: 1 }))]
   ])('%s is %s', (_what, code, fn) => {
     expect(refusal(fn)).toMatchObject({ code })
+  })
+})
+
+describe('spec/teams.md section 9 lists every team option', () => {
+  const section = readSpec('teams.md').split('\n## 9. ')[1].split('\n## 10. ')[0]
+  const rows = section.split('\n').filter(l => l.startsWith('| '))
+
+  it.each(Object.entries(TEAM_DEFAULTS))('%s with its default %d', (key, value) => {
+    const row = rows.find(r => r.split('|')[1].includes('`' + key + '`'))
+    expect(row, `no row for ${key}`).toBeDefined()
+    expect((row as string).split('|')[2]).toContain(value.toLocaleString('en-US'))
   })
 })

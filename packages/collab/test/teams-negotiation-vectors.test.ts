@@ -10,21 +10,14 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { identityFromPrivateKey } from '@ioa/interconnect'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { ed25519KeyFromSeed, fromHex, readSpecBlock, toHex } from '../../../test/util.js'
+import { refusal } from './vectors-fixture.js'
 import { TEAM_PREFIXES, cidOf, recordSigningBytes, signRecord, verifyRecord } from '../src/teams/records.js'
 import { parseAward, parseCfp, parseCommitment, parseProposal, rankProposals } from '../src/teams/negotiation/index.js'
 import type { ReceivedProposal } from '../src/teams/negotiation/index.js'
-import type { RecordKind, Signed } from '../src/teams/records.js'
+import type { Signed } from '../src/teams/records.js'
+import type { VectorRecord } from './vectors-fixture.js'
 import type { Identity } from '@ioa/interconnect'
 
-interface VectorRecord {
-  kind: RecordKind
-  signer: string
-  payload: Record<string, unknown>
-  signingBytes: string
-  signature: string
-  record: string
-  cid: string
-}
 
 interface Vectors {
   principals: Record<string, { seed: string, did: string }>
@@ -92,14 +85,6 @@ describe('negotiation records parse strictly', () => {
   const withPayload = (r: VectorRecord, change: Record<string, unknown>): unknown => {
     const rec = record(r)
     return { ...rec, payload: { ...rec.payload, ...change } }
-  }
-  const refusal = (fn: () => unknown): unknown => {
-    try {
-      fn()
-    } catch (err) {
-      return err
-    }
-    return undefined
   }
 
   it.each([

@@ -62,6 +62,8 @@ export class Sequencer {
   private revocationTimer?: ReturnType<typeof setInterval>
   private stopped = false
   private leaseLostAt?: number
+  /** When this epoch's sequencing began: a member never heard from is silent since then */
+  private readonly startedAt = Date.now()
 
   constructor (team: TeamRuntime, init: SequencerInit) {
     this.team = team
@@ -144,7 +146,7 @@ export class Sequencer {
       }
     }
     // members that stopped acknowledging are removed (spec 4.3)
-    const silent = this.team.roster.members.filter(m => m.agent !== this.team.agent && now - (this.acks.get(m.agent)?.at ?? now) > memberTimeout)
+    const silent = this.team.roster.members.filter(m => m.agent !== this.team.agent && now - (this.acks.get(m.agent)?.at ?? this.startedAt) > memberTimeout)
     if (silent.length > 0 && !this.team.concluded && this.leaseLostAt == null) {
       for (const m of silent) this.acks.set(m.agent, { seq: -1, at: now })
       this.enqueue(async () => { await this.changeRoster({ remove: silent.map(m => m.agent) }) }, 'remove silent members')

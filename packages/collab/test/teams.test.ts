@@ -171,6 +171,19 @@ describe('teams', () => {
     await expectErrorCode(team.say('after'), 'TEAM_CONCLUDED')
   })
 
+  it('the sequencer concludes the conversation at the team\'s deadline; later posts are refused', async () => {
+    const peers = await startTeamPeers(closers, 2)
+    const team = await peers[0].teams.form(peers[0].agent.did, { text: 'quick', capabilities: ['team.member'], deadline: Date.now() + 2_500 }, {
+      roles: [{ role: 'r', capabilities: ['team.member'], candidates: [peers[1].ref] }]
+    })
+    await settled(peers, team.id, 1)
+    const member = peers[1].teams.team(team.id) as Team
+    await until(() => member.concluded || undefined, { timeout: 15_000, what: 'concluded at the deadline' })
+    const last = member.history().at(-1)
+    expect(last?.msg.payload).toMatchObject({ type: 'conclude', from: peers[0].agent.did, body: { outcome: 'abandoned' } })
+    await expectErrorCode(member.say('too late'), 'TEAM_CONCLUDED')
+  })
+
   it('nested teams: a member forms a sub-team for its part; the root convener sees the tree; the depth limit holds', async () => {
     const peers = await startTeamPeers(closers, 4, () => ({ init: { maxDepth: 1 } }))
     const [root, lead, helper, deep] = peers

@@ -229,8 +229,8 @@ export interface TeamServiceComponents {
 export interface TeamService {
   start(): Promise<void>
   stop(): Promise<void>
-  /** Form a team convened by a hosted agent */
-  form(agent: Did, goal: TeamGoal, options?: FormOptions): Promise<Team>
+  /** Form a team convened by a hosted agent; a goal without a deadline gets now + `defaultDeadline` */
+  form(agent: Did, goal: TeamGoal | (Omit<TeamGoal, 'deadline'> & { deadline?: number }), options?: FormOptions): Promise<Team>
   /** A team this node holds (once its first roster arrived) */
   team(id: string): Team | undefined
   /** The teams this node holds (with a roster) */

@@ -7,7 +7,7 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import { InvalidSignatureError } from '../errors.js'
 import { TEAM_PROTOCOL } from './api.js'
-import { NotMemberError, PeerMismatchError, SequencerAliveError, StaleEpochError } from './errors.js'
+import { NotMemberError, PeerMismatchError, RecordExpiredError, SequencerAliveError, StaleEpochError } from './errors.js'
 import { memberOf, parseClaim, parseEntry, signRecord, verifyRecord } from './records.js'
 import { isMap } from '../shape.js'
 import type { TeamServiceComponents, TeamsLimits } from './api.js'
@@ -171,6 +171,7 @@ export class Failover {
     if (member == null) throw new NotMemberError(`${p.agent} is not a member`)
     if (member.peer !== peer) throw new PeerMismatchError()
     if (!await verifyRecord('claim', claim, p.agent)) throw new InvalidSignatureError('Claim signature does not verify')
+    if (Math.abs(Date.now() - p.ts) > this.init.limits.clockSkew) throw new RecordExpiredError('Claim time outside the clock skew')
     if (p.epoch <= team.epoch || p.epoch < team.promised || (p.epoch === team.promised && this.promisedTo !== p.agent)) {
       throw new StaleEpochError(`Epoch ${p.epoch} is not above the promised ${team.promised}`)
     }

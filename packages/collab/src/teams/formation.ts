@@ -69,6 +69,8 @@ async function candidatesFor (deps: FormationDeps, convener: Did, goal: TeamGoal
  */
 export async function invite (deps: FormationDeps, convener: Identity, team: string, goal: TeamGoal, role: RoleInit, candidate: Candidate, extra: {
   proofs: Token[], depth: number, parent?: InvitationPayload['parent'], signal?: AbortSignal
+  /** Peer id of the team's current sequencer @default this node (the convener sequences epoch 0) */
+  sequencer?: string
 }): Promise<{ member: RosterMember, acceptance: Acceptance }> {
   const { inviteTimeout } = deps.limits
   const token = await delegate(convener, {
@@ -85,7 +87,7 @@ export async function invite (deps: FormationDeps, convener: Identity, team: str
     token: encodeToken(token),
     proofs: extra.proofs.map(t => encodeToken(t)),
     depth: extra.depth,
-    sequencer: deps.components.peerId.toString(),
+    sequencer: extra.sequencer ?? deps.components.peerId.toString(),
     exp: Date.now() + Math.min(inviteTimeout, 60_000),
     nonce: newId()
   }

@@ -62,6 +62,7 @@ export class Sequencer {
   private revocationTimer?: ReturnType<typeof setInterval>
   private stopped = false
   private leaseLostAt?: number
+  private concluding = false
   /** When this epoch's sequencing began: a member never heard from is silent since then */
   private readonly startedAt = Date.now()
 
@@ -144,6 +145,12 @@ export class Sequencer {
         s.pendingBeat = beat
         s.wake()
       }
+    }
+    // at the deadline the sequencer ends the conversation (spec 8.2, conclude)
+    if (now > this.team.roster.deadline && !this.team.concluded && !this.concluding) {
+      this.concluding = true
+      this.enqueue(async () => { if (!this.team.concluded) await this.appendOwn('conclude', { summary: 'the deadline passed', outcome: 'abandoned' }) }, 'conclude at the deadline')
+      return
     }
     // members that stopped acknowledging are removed (spec 4.3)
     const silent = this.team.roster.members.filter(m => m.agent !== this.team.agent && now - (this.acks.get(m.agent)?.at ?? this.startedAt) > memberTimeout)

@@ -12,10 +12,12 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { MemoryDatastore } from 'datastore-core'
 import { Key } from 'interface-datastore'
+import { anySignal } from 'any-signal'
 import { raceSignal } from 'race-signal'
 import delay from 'delay'
 import { decodeToken, verifyChain } from '../auth/delegation.js'
 import { skillCovers } from '../auth/chain.js'
+import { UnknownAgentError } from '@ioa/interconnect'
 import { EscalationError, InvalidSignatureError, PrincipalMismatchError } from '../errors.js'
 import { isMap } from '../shape.js'
 import { TEAM_DEFAULTS, TEAM_PROTOCOL } from './api.js'
@@ -348,7 +350,9 @@ class DefaultTeamService implements TeamService, TeamHost {
   // posting
 
   async post (team: TeamRuntime, msg: TeamMessage, options: AbortOptions): Promise<{ seq: number, epoch: number }> {
-    const deadline = Date.now() + this.limits.requestTimeout + this.limits.sequencerTimeout + this.limits.claimStagger * 2
+    // long enough for a takeover: suspicion, the staggered claims of every successor, the new epoch
+    const { requestTimeout, sequencerTimeout, claimStagger, claimTimeout } = this.limits
+    const deadline = Date.now() + requestTimeout + 4 * sequencerTimeout + (claimStagger + claimTimeout) * team.roster.members.length
     for (let attempt = 0; ; attempt++) {
       options.signal?.throwIfAborted()
       const h = this.held.get(team.id)
@@ -361,7 +365,10 @@ class DefaultTeamService implements TeamService, TeamHost {
         if (peer == null || target === team.agent) throw new NotSequencerError('No sequencer known yet')
         const answer = await this.components.messaging.request(peerIdFromString(peer), TEAM_PROTOCOL, 'post', { team: team.id, msg }, { timeout: this.limits.requestTimeout, signal: options.signal })
         if (!isMap(answer) || typeof answer.seq !== 'number' || typeof answer.epoch !== 'number') throw new InvalidTeamRecordError('Malformed answer to a post')
-        return { seq: answer.seq, epoch: answer.epoch }
+        // a post counts once this member holds its entry: a sequencer that dies before anyone got it
+        // cannot take the message with it (the post is sent again, under the same id, to the next one)
+        if (await this.holds(team, answer.seq, msg.payload.id, options)) return { seq: answer.seq, epoch: answer.epoch }
+        throw Object.assign(new NotSequencerError(`Entry ${answer.seq} did not arrive`), { code: 'NOT_SEQUENCER' })
       } catch (err: any) {
         const e = teamFromRemote(err) as Error & { code?: string }
         if (!RETRY_POST.has(e.code ?? '') || Date.now() > deadline) throw e
@@ -369,6 +376,21 @@ class DefaultTeamService implements TeamService, TeamHost {
         await delay(Math.min(1000, 100 * 2 ** attempt), { signal: options.signal })
       }
     }
+  }
+
+  /** Wait (a sequencer timeout at most) until this member's log holds message `id` at `seq` */
+  private async holds (team: TeamRuntime, seq: number, id: string, options: AbortOptions): Promise<boolean> {
+    const signal = anySignal([options.signal, AbortSignal.timeout(this.limits.sequencerTimeout * 2)])
+    try {
+      await team.waitFor(seq, { signal })
+    } catch (err: any) {
+      options.signal?.throwIfAborted()
+      this.log.trace('team %s: entry %d not received - %s', team.id, seq, err?.message)
+      return false
+    } finally {
+      signal.clear()
+    }
+    return team.store.entry(seq)?.msg.payload.id === id || team.store.seqOf(id) != null
   }
 
   // -------------------------------------------------------------------------
@@ -381,7 +403,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     const peer = ctx.peer.toString()
     if (!await verifyRecord('invite', invitation, p.from)) throw new InvalidSignatureError('Invitation signature does not verify')
     const agent = this.hosted(p.to)
-    if (agent == null) throw new NotMemberError(`${p.to} is not hosted here`)
+    if (agent == null) throw new UnknownAgentError(`${p.to} is not hosted here`)
     const now = Date.now()
     if (p.exp < now) throw new RecordExpiredError('Invitation expired')
     if (p.exp > now + 60_000 + this.limits.clockSkew) throw new InvalidTeamRecordError('Invitation valid for more than 60 s')
@@ -502,7 +524,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     if (team.roster.convener !== team.agent) throw new InvalidTeamRecordError('Only the convener admits members')
     const proofs = this.proofsOf(team)
     const r = await invite(this.formationDeps(), team.identity, team.id, team.roster.goal, { role, capabilities }, candidate, {
-      proofs, depth: team.roster.depth, parent: team.roster.parent, signal: options.signal
+      proofs, depth: team.roster.depth, parent: team.roster.parent, signal: options.signal, sequencer: team.peerOf(team.sequencer)
     })
     await team.post('admit', { accept: r.acceptance, role, token: r.member.token as string, chain: r.member.chain }, options)
   }
@@ -563,10 +585,11 @@ class DefaultTeamService implements TeamService, TeamHost {
     return { components: this.components, limits: this.limits, log: this.log, matcher: this.init.matcher ?? defaultMatcher }
   }
 
-  async form (agent: Did, goal: TeamGoal, options: FormOptions = {}): Promise<Team> {
+  async form (agent: Did, goal: TeamGoal | (Omit<TeamGoal, 'deadline'> & { deadline?: number }), options: FormOptions = {}): Promise<Team> {
     const hosted = this.hosted(agent)
-    if (hosted == null) throw new NotMemberError(`${agent} is not hosted here`)
-    return await this.formWithAttempts(hosted.identity, goal, options, 1)
+    if (hosted == null) throw new UnknownAgentError(`${agent} is not hosted here`)
+    const full: TeamGoal = { ...goal, deadline: goal.deadline ?? Date.now() + this.limits.defaultDeadline }
+    return await this.formWithAttempts(hosted.identity, full, options, 1)
   }
 
   private async formWithAttempts (identity: Identity, goal: TeamGoal, options: FormOptions, attempts: number): Promise<Team> {

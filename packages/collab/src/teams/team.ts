@@ -9,7 +9,7 @@ import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
 import { EventFanout } from './fanout.js'
 import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
-import { SEQUENCER_TYPES, cidOf, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
+import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
@@ -138,6 +138,9 @@ export class TeamRuntime implements Team {
       if (!await verifyRecord('roster', roster, p.signer)) throw new InvalidRosterError('Roster signature does not verify')
     } else {
       const roster = this.roster
+      if (!SEQUENCER_TYPES.has(m.type) && encodedSize(entry.msg) > roster.limits.maxMessageBytes) {
+        throw new InvalidMessageError(`Message larger than ${roster.limits.maxMessageBytes} bytes`)
+      }
       if (m.type === 'epoch') {
         const e = m.body.epoch as number
         if (e !== entry.epoch || e <= this.currentEpoch) throw new InvalidMessageError('An epoch entry must start a higher epoch')
@@ -257,8 +260,15 @@ export class TeamRuntime implements Team {
     options.signal?.throwIfAborted()
     await new Promise<void>((resolve, reject) => {
       const list = this.waiters.get(seq) ?? []
-      const onAbort = (): void => { reject(options.signal?.reason) }
-      list.push(() => { options.signal?.removeEventListener('abort', onAbort); resolve() })
+      const done = (): void => { options.signal?.removeEventListener('abort', onAbort); resolve() }
+      const onAbort = (): void => {
+        // forget the waiter, so aborted waits do not pile up
+        const left = (this.waiters.get(seq) ?? []).filter(w => w !== done)
+        if (left.length === 0) this.waiters.delete(seq)
+        else this.waiters.set(seq, left)
+        reject(options.signal?.reason)
+      }
+      list.push(done)
       this.waiters.set(seq, list)
       options.signal?.addEventListener('abort', onAbort, { once: true })
     })

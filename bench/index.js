@@ -28,6 +28,7 @@ import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
 import { soakGroup } from './soak.js'
 import { coldGroup } from './cold.js'
+import { teamGroup } from './teams.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -486,6 +487,7 @@ const GROUPS = [
   dagGroup,
   nodeGroup,
   coldGroup,
+  teamGroup,
   // only when asked for (`--group soak`): it runs for over a minute
   soakGroup
 ]

@@ -57,3 +57,6 @@ export type {
   Orchestrator, OrchestratorInit, OrchestratorEvent, RunOptions, RunResult, RunSummary, StepOutcome, BackoffInit, AttenuateContext
 } from './orchestration/orchestrator.js'
 export type { RunState, StepState, AttemptState } from './orchestration/journal.js'
+// teams: formation, rosters, the ordered group conversation, negotiation (spec/teams.md)
+export * from './teams/index.js'
+export * from './teams/negotiation/index.js'

@@ -41,3 +41,5 @@ export { TASK_PROTOCOL, taskFailure } from './tasks/service.js'
 export { subtaskId } from './orchestration/orchestrator.js'
 export { RunJournal, JOURNAL_PREFIX, RUN_ID } from './orchestration/journal.js'
 export type { RunRecord, StepRecord, AttemptRecord } from './orchestration/journal.js'
+// teams and negotiation records (spec/teams.md)
+export * from './teams/wire.js'

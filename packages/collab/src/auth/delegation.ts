@@ -213,6 +213,32 @@ function copyValue (value: unknown, depth: number, where: string): unknown {
   throw new InvalidTokenError(`${where}: only null, booleans, numbers, strings, lists and maps are allowed`)
 }
 
+/**
+ * A copy of a constraints map (section 2.3): at most 32 keys of 1 to 64
+ * characters, JSON-like values nested at most 8 levels, numeric `max…` /
+ * `min…` bounds; also the rule of other records' constraint-like maps
+ * (e.g. a proposal's `terms`). Throws `InvalidTokenError`
+ */
+export function parseConstraints (value: unknown, where: string): Record<string, unknown> {
+  if (!isPlainMap(value)) throw new InvalidTokenError(`${where} must be a map`)
+  const keys = definedKeys(value)
+  if (keys.length > TOKEN_LIMITS.maxConstraints) {
+    throw new InvalidTokenError(`${where} has more than ${TOKEN_LIMITS.maxConstraints} keys`)
+  }
+  const constraints: Record<string, unknown> = {}
+  for (const k of keys) {
+    if (k.length === 0 || k.length > TOKEN_LIMITS.maxConstraintKey || k === '__proto__') {
+      throw new InvalidTokenError(`${where}: keys must be 1-${TOKEN_LIMITS.maxConstraintKey} characters`)
+    }
+    const v = copyValue(value[k], 0, `${where}.${k}`)
+    if ((k.startsWith('max') || k.startsWith('min')) && typeof v !== 'number') {
+      throw new InvalidTokenError(`${where}.${k}: a bound (max… / min…) must be a number`)
+    }
+    constraints[k] = v
+  }
+  return constraints
+}
+
 function parseCapability (value: unknown, where: string): Capability {
   if (!isPlainMap(value)) throw new InvalidTokenError(`${where} must be a map`)
   onlyKeys(value, ['skill', 'constraints'], where)
@@ -220,25 +246,7 @@ function parseCapability (value: unknown, where: string): Capability {
     throw new InvalidTokenError(`${where}.skill must be '*', a capability name or a name followed by '.*'`)
   }
   const cap: Capability = { skill: value.skill }
-  if (value.constraints !== undefined) {
-    if (!isPlainMap(value.constraints)) throw new InvalidTokenError(`${where}.constraints must be a map`)
-    const keys = definedKeys(value.constraints)
-    if (keys.length > TOKEN_LIMITS.maxConstraints) {
-      throw new InvalidTokenError(`${where}.constraints has more than ${TOKEN_LIMITS.maxConstraints} keys`)
-    }
-    const constraints: Record<string, unknown> = {}
-    for (const k of keys) {
-      if (k.length === 0 || k.length > TOKEN_LIMITS.maxConstraintKey || k === '__proto__') {
-        throw new InvalidTokenError(`${where}.constraints: keys must be 1-${TOKEN_LIMITS.maxConstraintKey} characters`)
-      }
-      const v = copyValue(value.constraints[k], 0, `${where}.constraints.${k}`)
-      if ((k.startsWith('max') || k.startsWith('min')) && typeof v !== 'number') {
-        throw new InvalidTokenError(`${where}.constraints.${k}: a bound (max… / min…) must be a number`)
-      }
-      constraints[k] = v
-    }
-    cap.constraints = constraints
-  }
+  if (value.constraints !== undefined) cap.constraints = parseConstraints(value.constraints, `${where}.constraints`)
   return cap
 }
 

@@ -25,7 +25,6 @@ import { createTransportNode } from '@ioa/transport'
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { signTeamRecord, verifyTeamRecord, newMessageId } from '@ioa/collab/wire'
-import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
 import { percentile, rotate } from './measure.js'
 
@@ -158,7 +157,7 @@ async function delivery ({ quick, progress }) {
         const msg = await signTeamRecord('message', { v: 1, team: team.id, from: convener.did, id: newMessageId(), type: 'discuss', body: { text }, ts: Date.now() }, convener.identity)
         // not awaited, as a post is not: every path is paced the same way (open loop)
         for (const r of refs) {
-          node.services.messaging.request(peerIdFromString(r.peer), FANOUT, 'msg', { msg }).catch(err => { progress(`fanout to ${r.peer} failed: ${err.message}`) })
+          node.services.messaging.request(multiaddr(r.addr), FANOUT, 'msg', { msg }).catch(err => { progress(`fanout to ${r.peer} failed: ${err.message}`) })
         }
       },
       via: async (k) => {

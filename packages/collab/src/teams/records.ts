@@ -237,8 +237,8 @@ export function parseAcceptance (value: unknown): Acceptance {
 }
 
 /** Codes of a decline (spec 3.3) */
-export const DECLINE_CODES = ['BUSY', 'NOT_CAPABLE', 'DEADLINE', 'POLICY', 'OTHER'] as const
-export type DeclineCode = typeof DECLINE_CODES[number]
+export type DeclineCode = 'BUSY' | 'NOT_CAPABLE' | 'DEADLINE' | 'POLICY' | 'OTHER'
+export const DECLINE_CODES: readonly DeclineCode[] = ['BUSY', 'NOT_CAPABLE', 'DEADLINE', 'POLICY', 'OTHER']
 
 export interface Decline {
   code: DeclineCode

@@ -23,7 +23,7 @@ const ARM_TIMEOUT = 38_000
 /** How long R1 stays frozen at least, ms (well over its lapse window of 3 × 1000 ms) */
 const FREEZE_MS = 4_000
 /** Longest run of the scenario, ms: it fails (checks false) rather than hang */
-const RUN_BUDGET = 40_000
+const RUN_BUDGET = 50_000
 
 /** The delegation the homeowner gives the home server: arm it, task the robots, dispatch the drone — for this site only */
 export async function homeownerGrant (identity, serverDid, { ttl = 600_000 } = {}) {
@@ -108,7 +108,7 @@ export default {
   name: 'home-security',
   title: 'Home security: robot alert → MCP confirmation → drone within the deadline; standby robot takes over a silent one',
   userKey: 'keys/homeowner.json',
-  timeout: 50_000,
+  timeout: 60_000,
   nodes: [
     { name: 'home-server', config: 'home/home-server.json' },
     { name: 'robot-1', config: 'home/robot-1.json' },

@@ -6,7 +6,7 @@
 import home, { reachable } from '../../../scenarios/home/scenario.js'
 
 /** How long R2 is held, ms */
-export const STALL_MS = 1_500
+const STALL_MS = 1_500
 
 export default {
   ...home,

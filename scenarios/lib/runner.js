@@ -18,7 +18,7 @@ const ROOT = resolve(SCENARIOS_DIR, '..')
 const IOA = join(ROOT, 'packages', 'node', 'bin', 'ioa.js')
 
 /** Longest wait for a node process to print its ready line, ms */
-const READY_TIMEOUT = 45_000
+const READY_TIMEOUT = 90_000
 /** Longest run of one scenario, ms */
 const SCENARIO_TIMEOUT = 40_000
 /** Grace period of a node process after SIGTERM, ms */

@@ -5,7 +5,8 @@
 // everything. Each scenario is a module `scenarios/<name>/scenario.js`
 // (contract: scenarios/README.md).
 import { spawn } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { createWriteStream } from 'node:fs'
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -17,13 +18,15 @@ const ROOT = resolve(SCENARIOS_DIR, '..')
 const IOA = join(ROOT, 'packages', 'node', 'bin', 'ioa.js')
 
 /** Longest wait for a node process to print its ready line, ms */
-const READY_TIMEOUT = 45_000
+const READY_TIMEOUT = 90_000
 /** Longest run of one scenario, ms */
 const SCENARIO_TIMEOUT = 40_000
 /** Grace period of a node process after SIGTERM, ms */
 const STOP_GRACE = 3_000
 /** Most events kept per node process */
 const MAX_EVENTS = 5_000
+/** `IOA_DEMO_LOGS=<dir>`: each node process's stdout and stderr go to `<dir>/<node>.log` too */
+const LOG_DIR = process.env.IOA_DEMO_LOGS != null && process.env.IOA_DEMO_LOGS !== '' ? resolve(process.env.IOA_DEMO_LOGS) : undefined
 
 function timeoutSignal (ms, outer) {
   return outer != null ? AbortSignal.any([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
@@ -46,6 +49,14 @@ class NodeProcess {
     const argv = [IOA, 'start', '--json', '--config', config, ...args]
     this.proc = spawn(process.execPath, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] })
     this.pid = this.proc.pid
+    if (LOG_DIR != null) {
+      // everything the process prints (its JSON lines and, with DEBUG set, its log lines), to read after a failed run
+      const file = createWriteStream(join(LOG_DIR, `${this.name}.log`))
+      file.on('error', err => { console.error(`${this.name}: log file: ${err.message}`) })
+      this.proc.stdout.on('data', c => file.write(c))
+      this.proc.stderr.on('data', c => file.write(c))
+      this.proc.once('exit', () => file.end())
+    }
     this.exited = new Promise(resolve => {
       this.proc.once('exit', (code, signal) => {
         this.exitCode = code ?? signal
@@ -179,6 +190,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   }
 
   try {
+    if (LOG_DIR != null) await mkdir(LOG_DIR, { recursive: true })
     // the seed: a node with no agents that everyone joins through
     print(`Starting ${1 + defs.reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
     const seed = new NodeProcess('seed', null, t0, onEvent)

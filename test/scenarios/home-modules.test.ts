@@ -350,7 +350,8 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
       'R2 patrols after the takeover',
       'R1 stands by when it comes back'
     ])
-    expect(wall).toBeLessThan(15_000)
+    // lapse (3 leases) and R1's freeze (4 s at least) included; an upper bound, not a speed target
+    expect(wall).toBeLessThan(25_000)
 
     const report = result.outcome
     // the fox first, then the person, both from R1's camera
@@ -369,15 +370,17 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
     expect(drone.arrivedAt - drone.dispatchedAt).toBeGreaterThanOrEqual(1_650)
 
     const t = report.takeover
-    expect(t).toMatchObject({ from: 'Patrol robot R1', to: 'Patrol robot R2', reason: 'lease-lapsed', leaseMs: 400 })
+    // the robots' lease, as their configs set it
+    const lease: number = (await loadConfig(join(HOME, 'robot-1.json'))).tasks?.leaseInterval ?? 1_000
+    expect(t).toMatchObject({ from: 'Patrol robot R1', to: 'Patrol robot R2', reason: 'lease-lapsed', leaseMs: lease })
     // R1's last news came before it froze (a heartbeat may still have been on its way); the lapse after it
-    expect(t.lastSeenAt).toBeLessThanOrEqual(report.frozenAt + 400)
+    expect(t.lastSeenAt).toBeLessThanOrEqual(report.frozenAt + lease)
     expect(t.lapsedAt).toBeGreaterThanOrEqual(report.frozenAt)
     // silence is noticed after 3 leases, not much later
-    expect(t.detectedAfterMs).toBeGreaterThanOrEqual(3 * 400 - 50)
-    expect(t.lapsedAt - report.frozenAt).toBeLessThan(3_000)
+    expect(t.detectedAfterMs).toBeGreaterThanOrEqual(3 * lease - 50)
+    expect(t.lapsedAt - report.frozenAt).toBeLessThan(3 * lease + 1_800)
     expect(t.takeoverAt).toBeGreaterThanOrEqual(t.lapsedAt)
-    expect(t.takeoverAt - report.frozenAt).toBeLessThan(5_000)
+    expect(t.takeoverAt - report.frozenAt).toBeLessThan(3 * lease + 3_800)
     expect(t.silentForMs).toBeGreaterThan(t.detectedAfterMs)
     expect(report.endedBy).toBe('takeover-complete')
     expect(report.patrol.assignments.map((a: any) => [a.name, a.state])).toEqual([['Patrol robot R1', 'lost'], ['Patrol robot R2', 'patrolling']])
@@ -398,8 +401,8 @@ describe('home security across nodes over TCP (R1 in its own process)', () => {
     expect(r2.events.find(e => e.event === 'patrol-ended')?.data).toMatchObject({ robot: 'R2', code: 'CANCELED' })
     // R1, running again, notices it was out for longer than its lapse window and stands by
     const resumed = r1v.events.find(e => e.event === 'resumed')
-    expect(resumed?.data.gapMs).toBeGreaterThanOrEqual(1_500)
-    expect(report.resumedAt - report.frozenAt).toBeGreaterThanOrEqual(2_000)
+    expect(resumed?.data.gapMs).toBeGreaterThan(3 * lease)
+    expect(report.resumedAt - report.frozenAt).toBeGreaterThanOrEqual(4_000)
     expect(r1v.events.filter(e => e.event === 'alert-sent')).toHaveLength(2)
     const order = ['armed', 'discovered', 'delegated', 'alert-received', 'alert-dismissed', 'decision', 'dispatched', 'alert-handled', 'lease-lapsed', 'takeover', 'coverage-restored', 'report']
     const seen = order.map(name => server.events.findIndex(e => e.event === name))

@@ -71,8 +71,12 @@ export default async function patrolRobot ({ node, agent, options, log }) {
       takeover: input.takeover ?? null,
       server
     })
-    // find the server's peer now, not when an intruder is at the wall
-    await node.interconnect.resolve(server, { signal: ctx.signal, timeout: 5_000 }).catch(() => {})
+    // find the server's peer now, not when an intruder is at the wall; the
+    // patrol does not wait for it (its readings go back on the task's own stream)
+    node.interconnect.resolve(server, { signal: ctx.signal, timeout: 5_000 }).catch(err => {
+      // the alert resolves the server again when it is sent
+      if (!ctx.signal.aborted) log('resolve-failed', { text: `${robot} could not find the home server yet: ${err?.code ?? ''} ${err?.message ?? err}`, code: err?.code ?? null })
+    })
 
     // heartbeats go on while the task runs; a patrol ends only when it is
     // called off (canceled) or at its deadline

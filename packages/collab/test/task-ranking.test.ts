@@ -29,6 +29,18 @@ async function never (_input: unknown, ctx: { signal: AbortSignal }): Promise<ne
   return await new Promise((_resolve, reject) => { ctx.signal.addEventListener('abort', () => { reject(ctx.signal.reason) }, { once: true }) })
 }
 
+/** Resolve once none of the nodes has updated its own peer record for `ms` */
+async function quiet (nodes: Array<{ addEventListener: (type: 'self:peer:update', fn: () => void) => void, removeEventListener: (type: 'self:peer:update', fn: () => void) => void }>, ms: number): Promise<void> {
+  let last = Date.now()
+  const touch = (): void => { last = Date.now() }
+  for (const n of nodes) n.addEventListener('self:peer:update', touch)
+  try {
+    while (Date.now() - last < ms) await new Promise(resolve => setTimeout(resolve, 100))
+  } finally {
+    for (const n of nodes) n.removeEventListener('self:peer:update', touch)
+  }
+}
+
 describe('task outcomes feed the ranking over TCP', () => {
   it('after tasks to A complete and tasks to B time out, A ranks above B although B\'s card is fresher', async () => {
     // 0: the requester; 1: host of agent A; 2: host of agent B
@@ -44,6 +56,9 @@ describe('task outcomes feed the ranking over TCP', () => {
 
     // the task protocol first: registering it changes the peer's record, and the hosts re-sign their cards then
     await Promise.all(services.map(async ts => ts.start()))
+    // kad-dht's first self-query now starts at once, and its mode switch changes the peer record: let the
+    // records settle before the cards are signed at a chosen time (a later update re-signs them, fresh)
+    await quiet(net.nodes, 1_500)
     const requester = await icR.host({ key: 'car', name: 'Car', skills: [{ id: 'vehicle.assistant' }] })
     // A's card was re-signed 9 minutes ago; B's is issued 20 s ahead (within the clock skew): fresher
     const a = await hostAt(icA, -9 * MINUTE, { key: 'a', name: 'Hotel Booker', skills: [{ id: SKILL }, { id: 'travel.hotel.private' }] })

@@ -5,7 +5,7 @@
  * events (`events.ts`), config-to-init mapping (`config-init.ts`). Logs on
  * `ioa:node`.
  */
-import { RevocationStore, createOrchestrator, createRevocation, createRevocationService, createTaskService, delegate } from '@ioa/collab'
+import { RevocationStore, createOrchestrator, createRevocation, createRevocationService, createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { createInterconnect } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
 import { defaultLogger } from '@libp2p/logger'
@@ -17,6 +17,7 @@ import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
 import { attempt } from './logging.js'
 import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
+import type { FormOptions, Team, TeamGoalInit, TeamService, TeamsInit } from '@ioa/collab'
 import type {
   DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
@@ -116,6 +117,14 @@ export interface IoaNodeInit {
   tasks?: Omit<TaskServiceInit, 'datastore' | 'revocations' | 'isRevoked'>
 
   /**
+   * Team options (limits, timers, acceptor, matcher; `spec/teams.md` 9).
+   * Teams are kept in the node's datastore and survive a restart.
+   *
+   * @default {}
+   */
+  teams?: Omit<TeamsInit, 'datastore' | 'revocations'>
+
+  /**
    * Revocation store quotas and flooding limits. The store trusts
    * `tasks.roots`, the agents hosted here and `isTrusted`; its `clockSkew`
    * defaults to `tasks.clockSkew`
@@ -211,6 +220,8 @@ export interface IoaNode {
   readonly transport: TransportNode
   readonly interconnect: Interconnect
   readonly tasks: TaskService
+  /** Teams this node forms or is invited to (`spec/teams.md`) */
+  readonly teams: TeamService
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
@@ -239,6 +250,12 @@ export interface IoaNode {
    * datastore; stopped with the node
    */
   orchestrator(agent: HostedAgent, init?: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'>): Orchestrator
+  /**
+   * Form a team for a goal, convened by a hosted agent: candidates found by
+   * capability (or given per role), invited with tokens narrowed from
+   * `options.proofs`; resolves once every role has a member
+   */
+  team(convener: HostedAgent, goal: TeamGoalInit, options?: FormOptions): Promise<Team>
   /** Task events of the agents hosted here */
   readonly events: NodeEvents
   /** The domain gateway, when the node runs one */
@@ -267,6 +284,7 @@ class DefaultIoaNode implements IoaNode {
     readonly transport: TransportNode,
     readonly interconnect: Interconnect,
     readonly tasks: TaskService,
+    readonly teams: TeamService,
     readonly revocations: RevocationService,
     readonly revocationStore: RevocationStore,
     readonly datastore: Datastore,
@@ -284,6 +302,8 @@ class DefaultIoaNode implements IoaNode {
     const { handlers, ...card } = init
     const agent = await this.interconnect.host(card, options)
     await this.serve(agent, handlers ?? {})
+    // teams stored by an earlier run of this agent resume now that it is back
+    await this.teams.resume()
     this.log('hosting %s (%s)', agent.did, agent.card.card.name)
     return agent
   }
@@ -310,6 +330,10 @@ class DefaultIoaNode implements IoaNode {
     })
     this.orchestrators.add(o)
     return o
+  }
+
+  async team (convener: HostedAgent, goal: TeamGoalInit, options?: FormOptions): Promise<Team> {
+    return await this.teams.form(convener.did, goal, options)
   }
 
   layer<T extends IoaLayer = IoaLayer> (name: string): T | undefined {
@@ -359,6 +383,7 @@ class DefaultIoaNode implements IoaNode {
     for (const o of this.orchestrators) await attempt(this.log, 'stopping an orchestrator', async () => { await o.stop() })
     this.orchestrators.clear()
     await this.stopGateway?.()
+    await this.teams.stop()
     await this.tasks.stop()
     await this.revocations.stop()
     await this.interconnect.stop()
@@ -413,10 +438,17 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
     })
+    const teams = createTeamService(interconnect, {
+      ...init.teams,
+      datastore,
+      revocations: { isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers) }
+    })
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
-    const node = new DefaultIoaNode(transport, interconnect, tasks, revocations, revocationStore, datastore, closeStore, keyStore, events)
+    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, revocations, revocationStore, datastore, closeStore, keyStore, events)
     const log = transport.logger.forComponent('ioa:node')
     try {
+      // teams answer invitations from the start, and stored teams resume
+      await teams.start()
       if (init.gateway != null) await node.startGateway(init.gateway, init)
       await node.startLayers(init.layers ?? [])
     } catch (err) {

@@ -11,6 +11,9 @@ import type { Datastore } from 'interface-datastore'
 
 export type { TeamGoal } from './records.js'
 
+/** A goal as `form()` takes it: without a deadline, the team gets now + `defaultDeadline` */
+export type TeamGoalInit = Omit<TeamGoal, 'deadline'> & { deadline?: number }
+
 /** The protocol of teams */
 export const TEAM_PROTOCOL = '/ioa/team/1.0.0'
 
@@ -230,11 +233,13 @@ export interface TeamService {
   start(): Promise<void>
   stop(): Promise<void>
   /** Form a team convened by a hosted agent; a goal without a deadline gets now + `defaultDeadline` */
-  form(agent: Did, goal: TeamGoal | (Omit<TeamGoal, 'deadline'> & { deadline?: number }), options?: FormOptions): Promise<Team>
+  form(agent: Did, goal: TeamGoalInit, options?: FormOptions): Promise<Team>
   /** A team this node holds (once its first roster arrived) */
   team(id: string): Team | undefined
   /** The teams this node holds (with a roster) */
   teams(): Team[]
+  /** Pick up stored teams whose member agent is hosted now (`start()` does it for the agents hosted then) */
+  resume(): Promise<void>
   /** Node-level events: invitations answered, teams joined */
   events(options?: AbortOptions): AsyncGenerator<TeamServiceEvent, void, undefined>
 }

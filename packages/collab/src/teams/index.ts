@@ -7,7 +7,7 @@ export { defaultMatcher } from './matcher.js'
 export { TEAM_PROTOCOL, TEAM_DEFAULTS } from './api.js'
 export type {
   TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamServiceEvent, TeamTree, FormOptions,
-  RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal
+  RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal, TeamGoalInit
 } from './api.js'
 export type {
   Signed, Invitation, InvitationPayload, Acceptance, AcceptancePayload, Roster, RosterPayload, RosterMember, RosterLimits,

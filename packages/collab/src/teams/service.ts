@@ -35,7 +35,7 @@ import { cidOf, memberOf, newTeamId, parseEntry, parseInvitation, signRecord, ve
 import { Sequencer } from './sequencer.js'
 import { TeamRuntime } from './team.js'
 import type {
-  Acceptor, FormOptions, RoleFailure, Team, TeamService, TeamServiceComponents, TeamServiceEvent, TeamTree, TeamsInit, TeamsLimits
+  Acceptor, FormOptions, RoleFailure, Team, TeamGoalInit, TeamService, TeamServiceComponents, TeamServiceEvent, TeamTree, TeamsInit, TeamsLimits
 } from './api.js'
 import type { FormationDeps } from './formation.js'
 import type { Entry, Invitation, Roster, TeamGoal, TeamMessage } from './records.js'
@@ -148,6 +148,7 @@ class DefaultTeamService implements TeamService, TeamHost {
       try {
         const meta = dagCbor.decode(value) as { agent: Did, promised: number, invitation?: Invitation }
         const id = key.parent().baseNamespace()
+        if (this.held.has(id)) continue
         const agent = this.hosted(meta.agent)
         if (agent == null) {
           this.log('team %s: member agent %s is not hosted now; the team stays stored', id, meta.agent)
@@ -170,6 +171,10 @@ class DefaultTeamService implements TeamService, TeamHost {
         this.log.error('stored team %s could not be loaded - %e', key.toString(), err)
       }
     }
+  }
+
+  async resume (): Promise<void> {
+    if (this.started) await this.loadStored()
   }
 
   async saveState (team: TeamRuntime): Promise<void> {
@@ -585,7 +590,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     return { components: this.components, limits: this.limits, log: this.log, matcher: this.init.matcher ?? defaultMatcher }
   }
 
-  async form (agent: Did, goal: TeamGoal | (Omit<TeamGoal, 'deadline'> & { deadline?: number }), options: FormOptions = {}): Promise<Team> {
+  async form (agent: Did, goal: TeamGoalInit, options: FormOptions = {}): Promise<Team> {
     const hosted = this.hosted(agent)
     if (hosted == null) throw new UnknownAgentError(`${agent} is not hosted here`)
     const full: TeamGoal = { ...goal, deadline: goal.deadline ?? Date.now() + this.limits.defaultDeadline }

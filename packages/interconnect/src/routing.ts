@@ -7,6 +7,7 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import { countsAgainstAgent, mayTryAnotherPeer } from '@ioa/transport'
 import { anySignal } from 'any-signal'
+import delay from 'delay'
 import { agentCid, assertCapability } from './capability.js'
 import { verifyCard } from './card.js'
 import { rememberAddresses, LOOKUP_TIMEOUT } from './discovery.js'
@@ -24,6 +25,10 @@ import type { Did } from './identity.js'
 import type { Defaults } from './options.js'
 import type { DiscoverOptions, Forwarder, SendOptions } from './types.js'
 import type { RequestContext } from '@ioa/transport'
+
+/** Walks of a resolve that finds no provider; the pause before walk n is n × WALK_PAUSE ms */
+const WALKS = 3
+const WALK_PAUSE = 200
 import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
 
 /** The interconnect reads the transport's retry table without the collaboration layer's codes */
@@ -77,29 +82,17 @@ export class Router {
     let best: SignedCard | undefined
     const peers: string[] = []
     try {
-      for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
-        const id = provider.id.toString()
-        if (id === self || peers.includes(id)) continue
-        await rememberAddresses(components.peerStore, provider, this.log)
+      // a walk that finds no provider is tried again, twice, after short pauses: an agent
+      // hosted a moment ago may not be in the DHT yet (its announcement is still walking)
+      for (let walk = 0; best == null && walk < WALKS && !signal.aborted; walk++) {
         try {
-          const cards = await this.init.cards.fetchCards(provider.id, { agents: [did], limit: 1 }, { signal })
-          const card = cards.find(c => c.card.id === did)
-          if (card == null) {
-            this.log('provider %s of %s serves no valid card of it', id, did)
-            continue
-          }
-          peers.push(id)
-          if (best == null || card.card.issuedAt > best.card.issuedAt) best = card
-          // the host itself answered: no need to look further
-          if (card.card.peer === id) break
+          if (walk > 0) await delay(WALK_PAUSE * walk, { signal })
+          best = await this.walk(did, cid, self, peers, signal)
         } catch (err: any) {
-          // try the next provider
-          this.log('resolving %s skips provider %s: %s', did, id, err?.message ?? err)
+          // lookup ended (timeout or no more peers): keep what was found
+          this.log.trace('walk %d for %s ended: %s', walk + 1, did, err?.message ?? err)
         }
       }
-    } catch (err: any) {
-      // lookup ended (timeout or no more peers): keep what was found
-      this.log.trace('walk for %s ended: %s', did, err?.message ?? err)
     } finally {
       signal.clear()
     }
@@ -111,6 +104,33 @@ export class Router {
     peers.sort((a, b) => (a === best.card.peer ? -1 : 0) - (b === best.card.peer ? -1 : 0))
     caches.routes.set(did, { at: Date.now(), signed: best, peers })
     return { signed: best, peers }
+  }
+
+  /** One DHT walk for the providers of an agent id: the newest valid card, its serving peers added to `peers` */
+  private async walk (did: Did, cid: Awaited<ReturnType<typeof agentCid>>, self: string, peers: string[], signal: AbortSignal): Promise<SignedCard | undefined> {
+    const { components } = this.init
+    let best: SignedCard | undefined
+    for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
+      const id = provider.id.toString()
+      if (id === self || peers.includes(id)) continue
+      await rememberAddresses(components.peerStore, provider, this.log)
+      try {
+        const cards = await this.init.cards.fetchCards(provider.id, { agents: [did], limit: 1 }, { signal })
+        const card = cards.find(c => c.card.id === did)
+        if (card == null) {
+          this.log('provider %s of %s serves no valid card of it', id, did)
+          continue
+        }
+        peers.push(id)
+        if (best == null || card.card.issuedAt > best.card.issuedAt) best = card
+        // the host itself answered: no need to look further
+        if (card.card.peer === id) break
+      } catch (err: any) {
+        // try the next provider
+        this.log('resolving %s skips provider %s: %s', did, id, err?.message ?? err)
+      }
+    }
+    return best
   }
 
   async send<T = unknown> (to: Did, body: unknown, options: SendOptions = {}): Promise<T> {

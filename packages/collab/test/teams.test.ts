@@ -344,6 +344,22 @@ describe('teams: membership is authority', () => {
     await expectErrorCode(victim.say('am I still in?'), 'NOT_MEMBER')
   })
 
+  it('members\' tokens derive from the convener\'s chain and never outlive it', async () => {
+    const peers = await startTeamPeers(closers, 2)
+    const user = await createIdentity()
+    const grant = await delegate(user, { audience: peers[0].agent.did, capabilities: [{ skill: 'team.*' }], expiresAt: Date.now() + 600_000 })
+    // the goal's deadline is later than the grant: the member's token stops with the grant
+    const team = await peers[0].teams.form(peers[0].agent.did, goal('x', ['team.member']), {
+      proofs: [grant], roles: [{ role: 'r', capabilities: ['team.member'], candidates: [peers[1].ref] }]
+    })
+    await settled(peers, team.id, 1)
+    const member = peers[1].teams.team(team.id) as Team & { invitation: { payload: { token: Uint8Array, proofs: Uint8Array[] } } }
+    const token = decodeToken(member.invitation.payload.token)
+    expect(token.payload).toMatchObject({ iss: peers[0].agent.did, aud: peers[1].agent.did, exp: grant.payload.exp })
+    expect(token.payload.prf).toEqual([(await tokenCid(grant)).toString()])
+    expect(team.roster.members.find(m => m.agent === peers[1].agent.did)?.chain).toEqual([(await tokenCid(token)).toString(), (await tokenCid(grant)).toString()])
+  })
+
   it('an invitation whose token escalates the convener\'s chain is refused with ESCALATION', async () => {
     const peers = await startTeamPeers(closers, 2)
     const user = await createIdentity()

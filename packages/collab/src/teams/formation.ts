@@ -73,8 +73,10 @@ export async function invite (deps: FormationDeps, convener: Identity, team: str
   sequencer?: string
 }): Promise<{ member: RosterMember, acceptance: Acceptance }> {
   const { inviteTimeout } = deps.limits
+  // a member's token lasts until the deadline, but never past the convener's own authority
+  const expiresAt = Math.min(goal.deadline, ...extra.proofs.map(p => p.payload.exp))
   const token = await delegate(convener, {
-    audience: candidate.agent, capabilities: roleCapabilities(role, goal), expiresAt: goal.deadline, proofs: extra.proofs
+    audience: candidate.agent, capabilities: roleCapabilities(role, goal), expiresAt, proofs: extra.proofs
   }, { signal: extra.signal })
   const payload: InvitationPayload = {
     v: 1,

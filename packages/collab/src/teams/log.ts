@@ -7,7 +7,7 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
 import { HistoryFullError, InvalidMessageError } from './errors.js'
-import { cidOf } from './records.js'
+import { cidOfBytes } from './records.js'
 import type { Entry } from './records.js'
 import type { Datastore } from 'interface-datastore'
 
@@ -88,7 +88,8 @@ export class TeamLog {
     if (entry.prev !== this.head) throw new InvalidMessageError(`Entry ${entry.seq} does not link to the previous entry`)
     const bytes = dagCbor.encode(entry)
     if (this.total + bytes.byteLength > this.historyBytes) throw new HistoryFullError(`The team's history would exceed ${this.historyBytes} bytes`)
-    const cid = await cidOf(entry)
+    // one encoding serves the budget, the CID and the stored value
+    const cid = await cidOfBytes(bytes)
     await this.datastore.put(seqKey(this.team, entry.seq), bytes)
     this.entries.push(entry)
     this.cids.push(cid)
@@ -125,7 +126,7 @@ export class TeamLog {
     for (const { seq, value } of found) {
       if (seq !== this.entries.length) break
       const entry = decode(dagCbor.decode(value))
-      const cid = await cidOf(entry)
+      const cid = await cidOfBytes(value)
       if (entry.prev !== this.head) break
       this.entries.push(entry)
       this.cids.push(cid)

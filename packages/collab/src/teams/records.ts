@@ -88,7 +88,11 @@ export async function verifyRecord (kind: RecordKind, record: Signed<unknown>, d
 
 /** CIDv1 (dag-cbor, sha2-256) of a value's DAG-CBOR encoding, as base32 text */
 export async function cidOf (value: unknown): Promise<string> {
-  const bytes = dagCbor.encode(value)
+  return await cidOfBytes(dagCbor.encode(value))
+}
+
+/** CIDv1 (dag-cbor, sha2-256) of bytes already DAG-CBOR encoded, as base32 text */
+export async function cidOfBytes (bytes: Uint8Array): Promise<string> {
   return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
 }
 

@@ -74,11 +74,6 @@ export class TeamLog {
     return out
   }
 
-  /** Would an entry of `size` bytes fit the history budget? */
-  fits (size: number): boolean {
-    return this.total + size <= this.historyBytes
-  }
-
   /**
    * Append the next entry: its `seq` must be the log's length and its `prev`
    * the head's CID; stored before it counts. Returns the entry's CID.

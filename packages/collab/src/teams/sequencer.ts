@@ -10,9 +10,9 @@ import { Queue } from '@libp2p/utils'
 import { DeadlineExceededError, InvalidSignatureError } from '../errors.js'
 import {
   DivergedError, InvalidMessageError, NotMemberError, NotSequencerError, PeerMismatchError, RecordExpiredError,
-  StaleEpochError, TeamConcludedError, HistoryFullError
+  StaleEpochError, TeamConcludedError
 } from './errors.js'
-import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, parseAcceptance, parseMessage, signRecord, verifyRecord } from './records.js'
+import { SEQUENCER_TYPES, encodedSize, memberOf, parseAcceptance, parseMessage, signRecord, verifyRecord } from './records.js'
 import type { TeamsLimits } from './api.js'
 import type { Checkpoint, Entry, MessageType, Roster, RosterMember, RosterPayload, TeamMessage } from './records.js'
 import type { TeamRuntime } from './team.js'
@@ -233,7 +233,7 @@ export class Sequencer {
     const entry: Entry = { seq: this.team.length, epoch: this.epoch, msg }
     const head = this.team.store.head
     if (head != null) entry.prev = head
-    if (!this.team.store.fits(encodedSize(entry))) throw new HistoryFullError()
+    // the log refuses an entry over the history budget (HISTORY_FULL) with the one encoding it makes
     await this.team.check(entry, true)
     await this.team.apply(entry)
     this.sinceCheckpoint++
@@ -398,14 +398,4 @@ export class Sequencer {
     }
     return undefined
   }
-
-  /** Members subscribed now */
-  subscribers (): Did[] {
-    return [...this.subs.keys()]
-  }
-}
-
-/** CID of a roster (for `prev` and `subteam` messages) */
-export async function rosterCid (roster: Roster): Promise<string> {
-  return await cidOf(roster)
 }

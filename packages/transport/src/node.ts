@@ -9,12 +9,13 @@ import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
+import { warmRoutingTable } from './dht-warmup.js'
 import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
-import type { KadDHT } from '@libp2p/kad-dht'
+import type { KadDHTComponents, SingleKadDHT } from '@libp2p/kad-dht'
 import type { LevelDatastore } from 'datastore-level'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
@@ -176,7 +177,7 @@ export interface TransportNodeInit {
 export type TransportServices = {
   identify: Identify
   ping: Ping
-  dht: KadDHT
+  dht: SingleKadDHT
   messaging: Messaging
 }
 
@@ -278,16 +279,18 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       services: {
         identify: identify(),
         ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
+        // kadDHT() builds the single-DHT implementation, which exposes its routing table
         dht: kadDHT({
           protocol: init.dhtProtocol ?? domainKey?.dhtProtocol ?? IOA_DHT_PROTOCOL,
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
-          // every query waits for the first self-query; kad-dht starts it 1 s
-          // after start-up by default, a second that every new node spent
-          // idle before its first lookup. The self-query itself waits for
-          // the first routing table peer, so it can start at once.
-          initialQuerySelfInterval: 0,
+          // kad-dht holds every query until its first self-query ends (after
+          // 1 s by default, then ~1/3 s of dialling): queries run at once
+          // instead, and warmRoutingTable (dht-warmup.ts) starts the
+          // self-query when the first peer is in the table; queries of the
+          // layers above wait for that first peer (untilRoutingPeers)
+          allowQueryWithZeroPeers: true,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {
@@ -295,7 +298,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
             threshold: Math.round(providerTtl / 2),
             interval: Math.max(1000, Math.round(providerTtl / 4))
           }
-        }),
+        }) as (components: KadDHTComponents) => SingleKadDHT,
         messaging: messaging(init.messaging)
       }
     })
@@ -321,6 +324,14 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     }
 
     await seedBootstrapPeers(node, init.bootstrap ?? [])
+
+    // the first self-lookup runs with the node, and ends when it stops
+    let warmup: AbortController | undefined
+    node.addEventListener('start', () => {
+      warmup = new AbortController()
+      void warmRoutingTable({ peerId: node.peerId, logger: node.logger, dht: node.services.dht }, { signal: warmup.signal })
+    })
+    node.addEventListener('stop', () => { warmup?.abort() })
 
     if (init.start !== false) {
       await node.start()

@@ -3,9 +3,7 @@
  * `KadDHTComponents`), so that it runs on stubs in tests and on anything that
  * provides these pieces; `componentsFromNode` slices a transport node.
  */
-import { untilRoutingPeers } from '@ioa/transport/internal'
 import type { Messaging, TransportNode } from '@ioa/transport'
-import type { RoutingTableSize } from '@ioa/transport/internal'
 import type { AbortOptions, ComponentLogger, ContentRouting, Metrics, PeerId, PeerStore } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { CID } from 'multiformats/cid'
@@ -35,7 +33,7 @@ export interface InterconnectComponents {
 export function componentsFromNode (node: TransportNode): InterconnectComponents {
   return {
     peerId: node.peerId,
-    contentRouting: afterFirstPeer(node.contentRouting, node.services.dht.routingTable),
+    contentRouting: node.contentRouting,
     reprovider: node.services.dht,
     messaging: node.services.messaging,
     peerStore: node.peerStore,
@@ -44,23 +42,5 @@ export function componentsFromNode (node: TransportNode): InterconnectComponents
     ping: node.services.ping,
     logger: node.logger,
     metrics: node.metrics
-  }
-}
-
-/**
- * Content routing whose walks wait until the routing table holds a peer (at
- * most 5 s): the transport node lets queries run before its first
- * self-lookup ends, and a walk from an empty table finds nothing
- */
-function afterFirstPeer (routing: InterconnectComponents['contentRouting'], table: RoutingTableSize): InterconnectComponents['contentRouting'] {
-  return {
-    async provide (cid, options) {
-      await untilRoutingPeers(table, options)
-      await routing.provide(cid, options)
-    },
-    async * findProviders (cid, options) {
-      await untilRoutingPeers(table, options)
-      yield * routing.findProviders(cid, options)
-    }
   }
 }

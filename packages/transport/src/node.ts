@@ -9,13 +9,12 @@ import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
-import { warmRoutingTable } from './dht-warmup.js'
 import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
-import type { KadDHTComponents, SingleKadDHT } from '@libp2p/kad-dht'
+import type { KadDHT } from '@libp2p/kad-dht'
 import type { LevelDatastore } from 'datastore-level'
 import type { Ping } from '@libp2p/ping'
 import type { Datastore } from 'interface-datastore'
@@ -177,7 +176,7 @@ export interface TransportNodeInit {
 export type TransportServices = {
   identify: Identify
   ping: Ping
-  dht: SingleKadDHT
+  dht: KadDHT
   messaging: Messaging
 }
 
@@ -220,6 +219,27 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
       // the bootstrap module reports a bad entry; this only loses the head start
       log('could not keep the address of bootstrap peer %s: %s', addr, err?.message ?? err)
     }
+  }
+}
+
+/**
+ * kad-dht holds every query until its first self-query has ended, not only
+ * until the routing table has a peer (which it also waits for, and keeps
+ * waiting for). On a fresh node that self-query dials the ~20 peers closest
+ * to it: about a third of a second on loopback that the newcomer's first
+ * lookup spent idle (spec/transport.md 1, joining). The hold is a deferred
+ * promise on kad-dht's query manager, with no option to skip it short of
+ * `allowQueryWithZeroPeers`, which also drops the wait for the first peer
+ * and lets the first self-query run on an empty table; so the hold alone is
+ * lifted here. Checked against @libp2p/kad-dht 16.4.5: when the field is not
+ * found (another version), nothing changes and queries wait as before.
+ */
+function releaseFirstQueries (node: TransportNode): void {
+  const manager = (node.services.dht as unknown as { queryManager?: { initialQuerySelfHasRun?: unknown } }).queryManager
+  if (manager != null && 'initialQuerySelfHasRun' in manager) {
+    manager.initialQuerySelfHasRun = undefined
+  } else {
+    log('kad-dht has no initial self-query hold where expected; first lookups wait for the first self-query')
   }
 }
 
@@ -279,18 +299,17 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       services: {
         identify: identify(),
         ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
-        // kadDHT() builds the single-DHT implementation, which exposes its routing table
         dht: kadDHT({
           protocol: init.dhtProtocol ?? domainKey?.dhtProtocol ?? IOA_DHT_PROTOCOL,
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
-          // kad-dht holds every query until its first self-query ends (after
-          // 1 s by default, then ~1/3 s of dialling): queries run at once
-          // instead, and warmRoutingTable (dht-warmup.ts) starts the
-          // self-query when the first peer is in the table; queries of the
-          // layers above wait for that first peer (untilRoutingPeers)
-          allowQueryWithZeroPeers: true,
+          // every query waits for the first self-query; kad-dht starts it 1 s
+          // after start-up by default, a second that every new node spent
+          // idle before its first lookup. The self-query itself waits for
+          // the first routing table peer, so it can start at once. (Queries
+          // do not wait for it to end either: releaseFirstQueries below.)
+          initialQuerySelfInterval: 0,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {
@@ -298,7 +317,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
             threshold: Math.round(providerTtl / 2),
             interval: Math.max(1000, Math.round(providerTtl / 4))
           }
-        }) as (components: KadDHTComponents) => SingleKadDHT,
+        }),
         messaging: messaging(init.messaging)
       }
     })
@@ -324,14 +343,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     }
 
     await seedBootstrapPeers(node, init.bootstrap ?? [])
-
-    // the first self-lookup runs with the node, and ends when it stops
-    let warmup: AbortController | undefined
-    node.addEventListener('start', () => {
-      warmup = new AbortController()
-      void warmRoutingTable({ peerId: node.peerId, logger: node.logger, dht: node.services.dht }, { signal: warmup.signal })
-    })
-    node.addEventListener('stop', () => { warmup?.abort() })
+    releaseFirstQueries(node)
 
     if (init.start !== false) {
       await node.start()

@@ -393,9 +393,9 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     const itemTimeout = options.timeout ?? this.opts.requestTimeout
     const outer = options.signal
 
-    // the connection and first item share one guard; each next item gets a
-    // fresh one so a long stream is bounded per item, not in total
-    let guard = this.guard({ timeout: itemTimeout, signal: outer }, what)
+    // the connection and first item share one guard; it restarts for each
+    // next item, so a long stream is bounded per item, not in total
+    const guard = this.guard({ timeout: itemTimeout, signal: outer }, what)
     let channel: OutboundChannel | undefined
     let id = 0
     let finished = false
@@ -448,8 +448,8 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
             granted += consumed
             consumed = 0
           }
-          guard.done()
-          guard = this.guard({ timeout: itemTimeout, signal: outer }, what)
+          // the next item gets a full timeout again (one timer per stream, restarted)
+          guard.rearm()
           yield item
           continue
         }

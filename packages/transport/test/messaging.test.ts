@@ -209,6 +209,29 @@ for (const kind of ['memory', 'tcp'] as const) {
       await until(() => server.services.messaging.stats().activeHandlers === 0, POLL)
     })
 
+    it('bounds a stream per item: items within the timeout run past it in total, a longer gap times out', async () => {
+      const server = await makeNode(kind)
+      const client = await makeNode(kind)
+      await server.services.messaging.handleStream(PROTO, 'paced', async function * (p) {
+        const { n, gap, last } = p as { n: number, gap: number, last: number }
+        for (let i = 0; i < n; i++) {
+          await delay(i === n - 1 ? last : gap)
+          yield i
+        }
+      })
+      const addr = server.getMultiaddrs()[0]
+      const all: number[] = []
+      // 8 items 150 ms apart under a 600 ms item timeout: 1.2 s in all
+      for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 8, gap: 150, last: 150 }, { timeout: 600 })) all.push(x)
+      expect(all).toHaveLength(8)
+      // then a gap of 1.5 s before the last item
+      const got: number[] = []
+      await expectErrorName((async () => {
+        for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 3, gap: 50, last: 1_500 }, { timeout: 600 })) got.push(x)
+      })(), 'TimeoutError')
+      expect(got).toEqual([0, 1])
+    })
+
     it('streams an error raised mid-stream', async () => {
       const server = await makeNode(kind)
       const client = await makeNode(kind)

@@ -17,7 +17,7 @@
 //   plus one round of 5 parallel task round trips to the 5 best candidates.
 //   Target: <= 2x.
 //
-// Standalone (after `npx tsc -b`): node --import ./scripts/polyfill.js bench/teams.js [--quick]
+// Standalone (after `npx tsc -b`): node --import ./scripts/polyfill.js bench/teams.js [--quick] [--delivery | --formation]
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -329,7 +329,8 @@ if (import.meta.url === pathToFileURL(process.argv[1]).href) {
     await childMain(Number(process.argv[i + 1]))
   } else {
     const quick = process.argv.includes('--quick')
-    const rows = await teamGroup.run({ quick, progress: (m) => process.stderr.write(`[team] ${m}\n`) })
+    const only = process.argv.includes('--delivery') ? delivery : process.argv.includes('--formation') ? formation : teamGroup.run
+    const rows = await only({ quick, progress: (m) => process.stderr.write(`[team] ${m}\n`) })
     for (const r of rows) console.log(JSON.stringify(r))
     process.exit(0)
   }

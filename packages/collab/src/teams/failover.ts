@@ -156,8 +156,7 @@ export class Failover {
       for (const raw of answer.entries) {
         const entry = parseEntry(raw)
         if (entry.seq !== team.length) return
-        await team.check(entry)
-        await team.apply(entry)
+        await team.take(entry)
       }
     }
   }

@@ -143,8 +143,7 @@ export class Follower {
     if (item.entry != null) {
       const entry = parseEntry(item.entry)
       if (entry.seq < this.team.length) return
-      await this.team.check(entry)
-      await this.team.apply(entry)
+      await this.team.take(entry)
       if (this.target != null && this.team.sequencer === this.target) this.target = undefined
       this.scheduleAck()
     } else if (isMap(item.beat)) {

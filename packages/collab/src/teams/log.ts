@@ -77,11 +77,12 @@ export class TeamLog {
   /**
    * Append the next entry: its `seq` must be the log's length and its `prev`
    * the head's CID; stored before it counts. Returns the entry's CID.
+   * `encoded`: the entry's DAG-CBOR encoding, when the caller made it.
    */
-  async append (entry: Entry): Promise<string> {
+  async append (entry: Entry, encoded?: Uint8Array): Promise<string> {
     if (entry.seq !== this.entries.length) throw new InvalidMessageError(`Entry ${entry.seq} out of order (next is ${this.entries.length})`)
     if (entry.prev !== this.head) throw new InvalidMessageError(`Entry ${entry.seq} does not link to the previous entry`)
-    const bytes = dagCbor.encode(entry)
+    const bytes = encoded ?? dagCbor.encode(entry)
     if (this.total + bytes.byteLength > this.historyBytes) throw new HistoryFullError(`The team's history would exceed ${this.historyBytes} bytes`)
     // one encoding serves the budget, the CID and the stored value
     const cid = await cidOfBytes(bytes)

@@ -83,7 +83,12 @@ export async function signRecord<P> (kind: RecordKind, payload: P, signer: Ident
  * the free functions of delegation: a DID's key is a pure function of it)
  */
 export async function verifyRecord (kind: RecordKind, record: Signed<unknown>, did: Did, cache: VerificationCache = defaultVerificationCache): Promise<boolean> {
-  return await cache.verifySignature(did, recordSigningBytes(kind, record.payload), record.sig)
+  return await verifyEncodedRecord(kind, dagCbor.encode(record.payload), record.sig, did, cache)
+}
+
+/** `verifyRecord` for a payload whose DAG-CBOR encoding the caller holds already (encoded.ts) */
+export async function verifyEncodedRecord (kind: RecordKind, payload: Uint8Array, sig: Uint8Array, did: Did, cache: VerificationCache = defaultVerificationCache): Promise<boolean> {
+  return await cache.verifySignature(did, domainSeparated(PREFIX_BYTES.get(TEAM_PREFIXES[kind]) as Uint8Array, payload), sig)
 }
 
 /** CIDv1 (dag-cbor, sha2-256) of a value's DAG-CBOR encoding, as base32 text */
@@ -101,8 +106,10 @@ export function encodedSize (value: unknown): number {
   return dagCbor.encode(value).byteLength
 }
 
+const SIGNED_FIELDS: Fields = { payload: { kind: 'map' }, sig: { kind: 'bytes', max: 64 } }
+
 function checkSigned (value: unknown, what: string, Err: new (message?: string) => CollabError): { payload: Record<string, unknown>, sig: Uint8Array } {
-  const v = checkFields(value, { payload: { kind: 'map' }, sig: { kind: 'bytes', max: 64 } }, what, Err)
+  const v = checkFields(value, SIGNED_FIELDS, what, Err)
   if ((v.sig as Uint8Array).byteLength !== 64) throw new Err(`${what}.sig must be 64 bytes`)
   return v as { payload: Record<string, unknown>, sig: Uint8Array }
 }
@@ -448,9 +455,11 @@ export interface Entry {
   msg: TeamMessage
 }
 
+const ENTRY_FIELDS: Fields = { seq: { kind: 'int' }, epoch: { kind: 'int' }, prev: { ...cid, required: false }, msg: { kind: 'map' } }
+
 /** Parse an entry strictly, its message included */
 export function parseEntry (value: unknown): Entry {
-  const e = checkFields(value, { seq: { kind: 'int' }, epoch: { kind: 'int' }, prev: { ...cid, required: false }, msg: { kind: 'map' } }, 'entry', InvalidMessageError)
+  const e = checkFields(value, ENTRY_FIELDS, 'entry', InvalidMessageError)
   if ((e.seq === 0) !== (e.prev == null)) throw new InvalidMessageError('entry.prev must be absent exactly in entry 0')
   parseMessage(e.msg)
   return e as unknown as Entry

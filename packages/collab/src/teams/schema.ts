@@ -36,10 +36,10 @@ const MAX_INT = Number.MAX_SAFE_INTEGER
  */
 export function checkFields (value: unknown, fields: Fields, what: string, Err: ErrorClass): Record<string, unknown> {
   if (!isMap(value)) throw new Err(`${what} must be a map`)
-  for (const key of Object.keys(value)) {
+  for (const key in value) {
     if (!Object.hasOwn(fields, key)) throw new Err(`${what} has an unknown field "${key}"`)
   }
-  for (const [key, spec] of Object.entries(fields)) {
+  for (const [key, spec] of entriesOf(fields)) {
     const v = value[key]
     if (v === undefined) {
       if (spec.required !== false) throw new Err(`${what} lacks "${key}"`)
@@ -49,6 +49,18 @@ export function checkFields (value: unknown, fields: Fields, what: string, Err: 
     if (problem != null) throw new Err(`${what}.${key} ${problem}`)
   }
   return value
+}
+
+/** The tables are module constants: their entries are listed once (a record is parsed per entry a member takes) */
+const listed = new WeakMap<Fields, Array<[string, FieldSpec]>>()
+
+function entriesOf (fields: Fields): Array<[string, FieldSpec]> {
+  let list = listed.get(fields)
+  if (list == null) {
+    list = Object.entries(fields)
+    listed.set(fields, list)
+  }
+  return list
 }
 
 function fieldProblem (v: unknown, spec: FieldSpec): string | undefined {

@@ -12,6 +12,7 @@ import {
   DivergedError, InvalidMessageError, NotMemberError, NotSequencerError, PeerMismatchError, RecordExpiredError,
   StaleEpochError, TeamConcludedError
 } from './errors.js'
+import { encodeEntry } from './encoded.js'
 import { SEQUENCER_TYPES, encodedSize, memberOf, parseAcceptance, parseMessage, signRecord, verifyRecord } from './records.js'
 import type { TeamsLimits } from './api.js'
 import type { Checkpoint, Entry, MessageType, Roster, RosterMember, RosterPayload, TeamMessage } from './records.js'
@@ -233,9 +234,10 @@ export class Sequencer {
     const entry: Entry = { seq: this.team.length, epoch: this.epoch, msg }
     const head = this.team.store.head
     if (head != null) entry.prev = head
-    // the log refuses an entry over the history budget (HISTORY_FULL) with the one encoding it makes
-    await this.team.check(entry, true)
-    await this.team.apply(entry)
+    // one encoding serves the size check, the history budget (HISTORY_FULL) and the CID
+    const encoded = encodeEntry(entry)
+    await this.team.check(entry, true, encoded)
+    await this.team.apply(entry, encoded)
     this.sinceCheckpoint++
     const t = msg.payload.type
     if (this.sinceCheckpoint >= this.init.limits.checkpointEvery || t === 'roster' || t === 'conclude' || t === 'epoch') {

@@ -7,9 +7,11 @@
  */
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
+import { encodeEntry } from './encoded.js'
 import { EventFanout } from './fanout.js'
 import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
-import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
+import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyEncodedRecord, verifyRecord } from './records.js'
+import type { EncodedEntry } from './encoded.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
@@ -123,9 +125,11 @@ export class TeamRuntime implements Team {
   /**
    * Check an entry against the state before it (spec 8.2, 3.5): epoch,
    * sender's membership and role, roster chain; and, unless the caller
-   * verified it already, the sender's signature
+   * verified it already, the sender's signature. `encoded` (the entry's one
+   * encoding, encoded.ts) spares the size check and the signature check an
+   * encoding of their own.
    */
-  async check (entry: Entry, signatureChecked = false): Promise<void> {
+  async check (entry: Entry, signatureChecked = false, encoded?: EncodedEntry): Promise<void> {
     const m = entry.msg.payload
     if (m.team !== this.id) throw new InvalidMessageError('Entry of another team')
     if (entry.seq === 0) {
@@ -138,7 +142,7 @@ export class TeamRuntime implements Team {
       if (!await verifyRecord('roster', roster, p.signer)) throw new InvalidRosterError('Roster signature does not verify')
     } else {
       const roster = this.roster
-      if (!SEQUENCER_TYPES.has(m.type) && encodedSize(entry.msg) > roster.limits.maxMessageBytes) {
+      if (!SEQUENCER_TYPES.has(m.type) && (encoded?.msg.byteLength ?? encodedSize(entry.msg)) > roster.limits.maxMessageBytes) {
         throw new InvalidMessageError(`Message larger than ${roster.limits.maxMessageBytes} bytes`)
       }
       if (m.type === 'epoch') {
@@ -156,7 +160,7 @@ export class TeamRuntime implements Team {
       if (this.isConcluded) throw new TeamConcludedError()
       if (m.type === 'roster') await this.checkRosterChange(entry)
     }
-    if (!signatureChecked && !await verifyRecord('message', entry.msg, m.from)) {
+    if (!signatureChecked && !await (encoded != null ? verifyEncodedRecord('message', encoded.payload, entry.msg.sig, m.from) : verifyRecord('message', entry.msg, m.from))) {
       throw new InvalidMessageError('Message signature does not verify')
     }
   }
@@ -174,9 +178,16 @@ export class TeamRuntime implements Team {
     if (!await verifyRecord('roster', roster, p.signer)) throw new InvalidRosterError('Roster signature does not verify')
   }
 
+  /** Take an entry from the sequencer or a peer's history: encode it once, check it (signature included), append and apply it */
+  async take (entry: Entry): Promise<void> {
+    const encoded = encodeEntry(entry)
+    await this.check(entry, false, encoded)
+    await this.apply(entry, encoded)
+  }
+
   /** Append a checked entry to the log and apply its effects; returns its CID */
-  async apply (entry: Entry): Promise<string> {
-    const cid = await this.store.append(entry)
+  async apply (entry: Entry, encoded?: EncodedEntry): Promise<string> {
+    const cid = await this.store.append(entry, encoded?.bytes)
     await this.effects(entry)
     return cid
   }

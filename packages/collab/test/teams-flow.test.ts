@@ -9,8 +9,8 @@
  */
 import { createServer } from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
-import { expectErrorCode, until } from '../../../test/util.js'
-import { goal, settled, startTeamPeers } from './teams-fixture.js'
+import { delay, expectErrorCode, until } from '../../../test/util.js'
+import { FAST, goal, settled, startTeamPeers } from './teams-fixture.js'
 import type { FlowOptions, SpeakerPolicy, Team, TeamEvent, TeamsInit } from '../src/teams/index.js'
 import type { TeamPeer } from './teams-fixture.js'
 import type { Server } from 'node:http'
@@ -132,6 +132,29 @@ describe('teams flow: the state machine', () => {
     await until(() => b.concluded || undefined, { timeout: 20_000, what: 'concluded at the deadline' })
     expect(b.history().at(-1)?.msg.payload).toMatchObject({ type: 'conclude', body: { outcome: 'abandoned' } })
     expect(b.flow.phase).toBe('concluded')
+  })
+})
+
+describe('teams flow: members check the sequencer', () => {
+  it('a member refuses an entry the machine refuses, even from the sequencer', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    const [conv, a, b] = await formAll(peers, { policy: 'round-robin' })
+    await conv.say('welcome')
+    await at([a, b], 3)
+    // a sequencer that skips its own flow check orders b's message although it is a's turn
+    const rogue = conv as unknown as { flowControl: { check: () => void, apply: () => unknown[] } }
+    rogue.flowControl.check = () => {}
+    rogue.flowControl.apply = () => []
+    const msg = await (b as unknown as { sign: (type: string, body: Record<string, unknown>) => Promise<unknown> }).sign('discuss', { text: 'out of turn' })
+    const answer = await peers[2].node.services.messaging.request(peers[0].node.peerId, '/ioa/team/1.0.0', 'post', { team: conv.id, msg }) as { seq: number }
+    expect(answer.seq).toBe(3)
+    expect(conv.length).toBe(4)
+    // the members do not take it: their logs stay at 3 entries, their state at a's turn
+    await delay((FAST.heartbeat as number) * 5)
+    for (const t of [a, b]) {
+      expect(t.length).toBe(3)
+      expect(t.flow.speaker).toBe(a.agent)
+    }
   })
 })
 

@@ -158,6 +158,7 @@ export class FlowDriver {
     const body: Record<string, unknown> = { turn: s.turn, state: s.phase, policy: s.params.policy, speaker: c.speaker }
     if (c.fallback != null) body.fallback = c.fallback
     if (c.reason != null && c.reason !== '') body.reason = c.reason.slice(0, 256)
-    await this.init.appendOwn('turn', body)
+    const seq = await this.init.appendOwn('turn', body)
+    this.init.log('team %s: entry %d gives turn %d to %s (%s%s)', this.team.id, seq, s.turn + 1, c.speaker, s.params.policy, c.fallback != null ? ', fallback round-robin' : '')
   }
 }

@@ -291,12 +291,13 @@ describe('teams flow: takeover', () => {
     const handles = await formAll(peers, { policy: 'panel' })
     const [conv, a, b, c] = handles
     await conv.say('opening, then I hand over')
-    await until(() => a.flow.due != null || undefined)
+    await at([a, b, c], 2)
+    for (const t of [a, b, c]) expect(t.flow.due).toMatchObject({ kind: 'turn', after: conv.agent })
     expect(a.flow.speaker).toBeUndefined()
     await peers[0].teams.stop()
     await peers[0].node.stop()
     // the next successor (a) takes over and owes the decision: it has no `panel` policy, so round-robin decides
-    await until(() => b.flow.speaker != null || undefined, { timeout: 30_000, what: 'the decision after the takeover' })
+    await until(() => b.flow.speaker === a.agent || undefined, { timeout: 30_000, what: 'the decision after the takeover' })
     expect(b.epoch).toBe(1)
     expect(b.sequencer).toBe(a.agent)
     const decision = b.history().at(-1)?.msg.payload

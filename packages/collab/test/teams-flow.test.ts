@@ -124,6 +124,14 @@ describe('teams flow: the state machine', () => {
     await expectErrorCode(a.say('four'), 'TEAM_CONCLUDED')
   })
 
+  it('flow options out of their bounds are refused before anyone is invited', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    for (const flow of [{ maxTurns: 0 }, { policy: 'Not A Name' }, { turnTimeout: 10 }, { priority: [] }, { priority: ['r0', 'r0'] }]) {
+      await expectErrorCode(formAll(peers, flow), 'INVALID_TEAM_RECORD')
+    }
+    expect(peers[1].teams.teams()).toHaveLength(0)
+  })
+
   it('the deadline ends a conversation that waits for a sync assignment', async () => {
     const peers = await startTeamPeers(closers, 3)
     const [, a, b] = await formAll(peers, undefined, Date.now() + 5_000)

@@ -288,6 +288,8 @@ describe('teams flow: the llm policy', () => {
     await conv.say('so Sunday it is')
     await until(() => a.concluded || undefined)
     expect(a.history().at(-1)?.msg.payload).toMatchObject({ type: 'conclude', from: conv.agent, body: { outcome: 'done', summary: 'the llm policy concluded: the event moves to Sunday' } })
+    // one request per decision
+    expect(model.requests).toHaveLength(6)
   })
 })
 

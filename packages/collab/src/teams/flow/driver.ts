@@ -111,7 +111,7 @@ export class FlowDriver {
     }
     if (this.asking === trigger) return
     this.asking = trigger
-    void this.ask(s, trigger, why).finally(() => { if (this.asking === trigger) this.asking = undefined })
+    void this.ask(s, trigger, why)
   }
 
   /** Ask a policy that is not a rule, outside the queue; append its decision if the state still waits for it */
@@ -132,12 +132,15 @@ export class FlowDriver {
           decision = undefined
         }
       } catch (err: any) {
+        // the sequencer stopped: the next one decides
         if (this.controller.signal.aborted) return
         failure = signal.aborted ? `no answer within ${this.init.decisionTimeout} ms` : String(err?.message ?? err)
       }
     }
     if (failure != null) this.init.log('team %s: the %s policy failed (%s); round-robin decides', this.team.id, name, failure)
     this.init.enqueue(async () => {
+      // asked once per trigger: a step before this job runs does not ask again
+      if (this.asking === trigger) this.asking = undefined
       const cur = this.live()
       // the decision is for the trigger still pending (the same due decision, or the same silent speaker)
       if (cur == null || (cur.due ?? undefined) !== (s.due ?? undefined) || cur.speaker !== s.speaker || cur.turn !== s.turn) return

@@ -10,6 +10,7 @@
 import { createServer } from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
 import { delay, expectErrorCode, until } from '../../../test/util.js'
+import { LlmSpeakerPolicy } from '../src/teams/index.js'
 import { FAST, goal, settled, startTeamPeers } from './teams-fixture.js'
 import type { FlowOptions, SpeakerPolicy, Team, TeamEvent, TeamsInit } from '../src/teams/index.js'
 import type { TeamPeer } from './teams-fixture.js'
@@ -290,6 +291,15 @@ describe('teams flow: the llm policy', () => {
     expect(a.history().at(-1)?.msg.payload).toMatchObject({ type: 'conclude', from: conv.agent, body: { outcome: 'done', summary: 'the llm policy concluded: the event moves to Sunday' } })
     // one request per decision
     expect(model.requests).toHaveLength(6)
+  })
+})
+
+describe('teams flow: the llm policy\'s options', () => {
+  it('are checked when the service is made', () => {
+    expect(() => new LlmSpeakerPolicy({ url: '', model: 'm' })).toThrow(TypeError)
+    expect(() => new LlmSpeakerPolicy({ url: 'http://127.0.0.1:1/v1', model: '' })).toThrow(TypeError)
+    expect(() => new LlmSpeakerPolicy({ url: 'http://127.0.0.1:1/v1', model: 'm', timeout: 0 })).toThrow(TypeError)
+    expect(() => new LlmSpeakerPolicy({ url: 'http://127.0.0.1:1/v1', model: 'm', maxResponseBytes: 1.5 })).toThrow(TypeError)
   })
 })
 

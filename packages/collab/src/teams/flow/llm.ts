@@ -29,6 +29,10 @@ export class LlmSpeakerPolicy implements SpeakerPolicy {
   constructor (init: LlmPolicyInit) {
     if (typeof init.url !== 'string' || init.url === '') throw new TypeError('The llm policy needs a url')
     if (typeof init.model !== 'string' || init.model === '') throw new TypeError('The llm policy needs a model')
+    for (const key of ['timeout', 'maxResponseBytes', 'historyEntries', 'maxTokens'] as const) {
+      const v = init[key]
+      if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > 2_147_483_647)) throw new TypeError(`The llm policy's ${key} must be an integer from 1 to 2147483647`)
+    }
     this.init = init
     this.endpoint = `${init.url.replace(/\/+$/, '')}/chat/completions`
     this.log = (init.logger ?? defaultLogger()).forComponent('ioa:collab:teams:flow:llm')

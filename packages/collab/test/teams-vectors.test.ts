@@ -14,7 +14,7 @@ import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { MemoryDatastore } from 'datastore-core'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { ed25519KeyFromSeed, fromHex, readSpec, readSpecBlock, toHex } from '../../../test/util.js'
-import { refusal } from './vectors-fixture.js'
+import { fromJson, refusal } from './vectors-fixture.js'
 import { decodeToken, encodeToken, tokenCid } from '../src/auth/delegation.js'
 import { TEAM_DEFAULTS } from '../src/teams/api.js'
 import { TeamLog } from '../src/teams/log.js'
@@ -42,18 +42,6 @@ interface Vectors {
   entries: Array<{ seq: number, epoch: number, prev?: string, msg: string, entry: string, cid: string }>
   checkpoint: VectorRecord
   claim: VectorRecord
-}
-
-/** The vectors' JSON form of bytes: `{ "/": { "bytes": <base64, no padding> } }` (the DAG-JSON convention) */
-function fromJson (v: unknown): any {
-  if (Array.isArray(v)) return v.map(fromJson)
-  if (v != null && typeof v === 'object') {
-    const o = v as Record<string, any>
-    const keys = Object.keys(o)
-    if (keys.length === 1 && keys[0] === '/' && typeof o['/']?.bytes === 'string') return new Uint8Array(Buffer.from(o['/'].bytes, 'base64'))
-    return Object.fromEntries(keys.map(k => [k, fromJson(o[k])]))
-  }
-  return v
 }
 
 const PARSERS: Partial<Record<RecordKind, (v: unknown) => unknown>> = {

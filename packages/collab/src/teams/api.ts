@@ -3,6 +3,8 @@
  * the team handle and the service (`spec/teams.md`).
  */
 import type { Token } from '../auth/delegation.js'
+import type { FlowPhase, FlowState } from './flow/state.js'
+import type { LlmPolicyInit, SpeakerPolicy } from './flow/policy.js'
 import type { Decline, Entry, Invitation, MessageType, ParentRef, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { DiscoveredAgent, Did, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
@@ -77,10 +79,14 @@ export interface TeamsInit {
   matcher?: Matcher
   /** Logger namespace prefix @default 'ioa:collab:teams' */
   logPrefix?: string
+  /** The model behind the `llm` speaker policy, used while this node sequences a team of that policy (spec 10.4) @default none: such teams fall back to round-robin here */
+  llm?: LlmPolicyInit
+  /** Speaker policies this node brings, by name (a roster's `policy` other than the shipped ones) @default none */
+  policies?: Record<string, SpeakerPolicy>
 }
 
 /** The numeric options, all set */
-export type TeamsLimits = Required<Omit<TeamsInit, 'datastore' | 'revocations' | 'roots' | 'acceptor' | 'matcher' | 'logPrefix'>>
+export type TeamsLimits = Required<Omit<TeamsInit, 'datastore' | 'revocations' | 'roots' | 'acceptor' | 'matcher' | 'logPrefix' | 'llm' | 'policies'>>
 
 export const TEAM_DEFAULTS: Readonly<TeamsLimits> = Object.freeze({
   maxMembers: 16,
@@ -144,6 +150,22 @@ export interface FormOptions extends AbortOptions {
   discoveryTimeout?: number
   /** Use the interconnect's cached discovery results when fresh @default true */
   cache?: boolean
+  /** Flow control of the conversation, written into the first roster's `limits` (spec 10) @default the open policy, 1,000 turns */
+  flow?: FlowOptions
+}
+
+/** The flow parameters every member agrees on (spec 10.3, 10.4) */
+export interface FlowOptions {
+  /** `open`, `round-robin`, `moderator`, `priority`, `llm`, or a policy the sequencer brings (`TeamsInit.policies`) @default 'open' */
+  policy?: string
+  /** Turns (discuss, propose, assign, pause) before the sequencer concludes the team @default 1_000 */
+  maxTurns?: number
+  /** The moderator's role under `moderator` @default 'convener' */
+  moderator?: string
+  /** Roles from the highest priority down, under `priority` @default the order of the roles */
+  priority?: string[]
+  /** A speaker silent this long loses its turn, ms @default 60_000 */
+  turnTimeout?: number
 }
 
 /** Why a role could not be filled */
@@ -161,6 +183,10 @@ export type TeamEvent =
   | { type: 'concluded', seq: number, summary: string, outcome: string }
   | { type: 'truncated', from: number, count: number }
   | { type: 'stalled', epoch: number }
+  /** The conversation's state changed (spec 10.1; concluding is the `concluded` event) */
+  | { type: 'state', seq: number, state: Exclude<FlowPhase, 'concluded'>, previous: FlowPhase }
+  /** A policy decision: `speaker` has the next turn (spec 10.4) */
+  | { type: 'turn', seq: number, turn: number, speaker: Did, policy: string, reason?: string, fallback?: string }
 
 /** A node-level event of the team service */
 export type TeamServiceEvent =
@@ -200,6 +226,8 @@ export interface Team {
   post(type: MessageType, body: Record<string, unknown>, options?: PostOptions): Promise<{ seq: number, epoch: number }>
   /** Post a `discuss` message */
   say(text: string, options?: PostOptions): Promise<{ seq: number, epoch: number }>
+  /** The conversation's flow state after the last entry held (spec 10) */
+  readonly flow: FlowState
   /** The entries held, `from … to` */
   history(from?: number, to?: number): Entry[]
   /** Events from entry `from` (default: the next one) on, then live, until the team ends or `signal` aborts */

@@ -200,6 +200,33 @@ export class UnknownProposalError extends TeamError {
   }
 }
 
+export class IllegalTransitionError extends TeamError {
+  static override name = 'IllegalTransitionError'
+  static code = 'ILLEGAL_TRANSITION'
+  constructor (message = 'The conversation\'s state does not allow this message', options?: ErrorOptions) {
+    super(IllegalTransitionError.code, message, options)
+    this.name = IllegalTransitionError.name
+  }
+}
+
+export class NotYourTurnError extends TeamError {
+  static override name = 'NotYourTurnError'
+  static code = 'NOT_YOUR_TURN'
+  constructor (message = 'Another member has the turn', options?: ErrorOptions) {
+    super(NotYourTurnError.code, message, options)
+    this.name = NotYourTurnError.name
+  }
+}
+
+export class MaxTurnsError extends TeamError {
+  static override name = 'MaxTurnsError'
+  static code = 'MAX_TURNS'
+  constructor (message = 'The conversation used its max_turns', options?: ErrorOptions) {
+    super(MaxTurnsError.code, message, options)
+    this.name = MaxTurnsError.name
+  }
+}
+
 const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownTeamError.code, UnknownTeamError],
   [NotMemberError.code, NotMemberError],
@@ -220,7 +247,10 @@ const BY_CODE = new Map<string, CollabErrorClass>([
   [TeamStalledError.code, TeamStalledError],
   [TeamFormationError.code, TeamFormationError],
   [DivergedError.code, DivergedError],
-  [UnknownProposalError.code, UnknownProposalError]
+  [UnknownProposalError.code, UnknownProposalError],
+  [IllegalTransitionError.code, IllegalTransitionError],
+  [NotYourTurnError.code, NotYourTurnError],
+  [MaxTurnsError.code, MaxTurnsError]
 ])
 
 /**

@@ -8,8 +8,9 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { delegate, encodeToken, tokenCid } from '../auth/delegation.js'
 import { skillCovers } from '../auth/chain.js'
 import { TEAM_PROTOCOL } from './api.js'
-import { DepthExceededError, TeamFormationError } from './errors.js'
-import { cidOf, newId, parseAcceptance, parseDecline, parseGoal, signRecord, verifyRecord } from './records.js'
+import { DepthExceededError, InvalidTeamRecordError, TeamFormationError } from './errors.js'
+import { cidOf, newId, parseAcceptance, parseDecline, parseGoal, parseRosterLimits, signRecord, verifyRecord } from './records.js'
+import { flowLimits } from './flow/options.js'
 import { isMap } from '../shape.js'
 import type { FormOptions, Matcher, RoleFailure, RoleInit, TeamServiceComponents, TeamsLimits } from './api.js'
 import type { Capability, Token } from '../auth/delegation.js'
@@ -121,6 +122,9 @@ export async function formTeam (deps: FormationDeps, convener: Identity, team: s
   if (depth > deps.limits.maxDepth) throw new DepthExceededError(`Team depth ${depth} is deeper than ${deps.limits.maxDepth}`)
   const roles = options.roles ?? goal.capabilities.map(c => ({ role: c, capabilities: [c] }))
   if (roles.length + 1 > deps.limits.maxMembers) throw new TeamFormationError(`${roles.length} roles do not fit ${deps.limits.maxMembers} members`)
+  const limits = parseRosterLimits({
+    maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes, ...flowLimits(options.flow)
+  }, InvalidTeamRecordError)
   const proofs = options.proofs ?? []
   const used = new Set<Did>([convener.did])
   const lookups: Lookups = new Map()
@@ -173,7 +177,7 @@ export async function formTeam (deps: FormationDeps, convener: Identity, team: s
     successors: [convener.did, ...accepted.map(a => a.member.agent)],
     depth,
     deadline: goal.deadline,
-    limits: { maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes },
+    limits,
     signer: convener.did,
     ts: Date.now()
   }

@@ -7,8 +7,9 @@ export { defaultMatcher } from './matcher.js'
 export { TEAM_PROTOCOL, TEAM_DEFAULTS } from './api.js'
 export type {
   TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamServiceEvent, TeamTree, FormOptions,
-  RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal, TeamGoalInit
+  RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal, TeamGoalInit, FlowOptions
 } from './api.js'
+export * from './flow/index.js'
 export type {
   Signed, Invitation, InvitationPayload, Acceptance, AcceptancePayload, Roster, RosterPayload, RosterMember, RosterLimits,
   TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, ParentRef, Decline, DeclineCode

@@ -280,6 +280,16 @@ export interface RosterLimits {
   rate: number
   burst: number
   historyBytes: number
+  /** Flow control (spec 10.3): turns before the sequencer concludes; absent: 1,000 */
+  maxTurns?: number
+  /** Flow control (spec 10.4): the speaker policy; absent: `open` */
+  policy?: string
+  /** The role of the moderator under the `moderator` policy; absent: `convener` */
+  moderator?: string
+  /** Roles from the highest priority down, under the `priority` policy; absent: the order of `successors` */
+  priority?: string[]
+  /** A speaker silent this long (ms) loses its turn; absent: 60,000 */
+  turnTimeout?: number
 }
 
 export interface RosterPayload {
@@ -328,7 +338,20 @@ const LIMIT_FIELDS: Fields = {
   maxMessageBytes: { kind: 'int', min: 256, max: 1_048_576 },
   rate: { kind: 'int', min: 1, max: 10_000 },
   burst: { kind: 'int', min: 1, max: 10_000 },
-  historyBytes: { kind: 'int', min: 65_536, max: 1_073_741_824 }
+  historyBytes: { kind: 'int', min: 65_536, max: 1_073_741_824 },
+  // flow control (spec 10), optional: absent means the default
+  maxTurns: { kind: 'int', min: 1, max: 1_000_000, required: false },
+  policy: { kind: 'text', max: 32, pattern: /^[a-z][a-z0-9-]{0,31}$/, required: false },
+  moderator: { kind: 'text', max: 64, required: false },
+  priority: { kind: 'list', min: 1, max: 64, required: false },
+  turnTimeout: { kind: 'int', min: 1_000, max: 86_400_000, required: false }
+}
+
+/** Check a roster's `limits` map (spec 3.5, 10) */
+export function parseRosterLimits (value: unknown, Err: new (message?: string) => CollabError): RosterLimits {
+  const limits = checkFields(value, LIMIT_FIELDS, 'roster.limits', Err)
+  if (limits.priority != null) checkTextList(limits.priority as unknown[], 'roster.limits.priority', Err, { max: 64 })
+  return limits as unknown as RosterLimits
 }
 
 /** Parse a roster strictly (no signature check): members sorted by agent, successors = the members */
@@ -336,7 +359,7 @@ export function parseRoster (value: unknown): Roster {
   const r = checkSigned(value, 'roster', InvalidRosterError)
   const p = checkFields(r.payload, ROSTER_FIELDS, 'roster.payload', InvalidRosterError)
   parseGoal(p.goal, InvalidRosterError)
-  checkFields(p.limits, LIMIT_FIELDS, 'roster.limits', InvalidRosterError)
+  parseRosterLimits(p.limits, InvalidRosterError)
   if (p.parent != null) parseParent(p.parent, InvalidRosterError)
   const agents: string[] = []
   for (const m of p.members as unknown[]) {
@@ -367,7 +390,7 @@ export function memberOf (roster: RosterPayload, agent: Did): RosterMember | und
 
 export const MESSAGE_TYPES = [
   'discuss', 'propose', 'vote', 'vote-result', 'assign', 'progress', 'result', 'pause', 'conclude',
-  'subteam', 'leave', 'remove', 'admit', 'roster', 'epoch'
+  'subteam', 'leave', 'remove', 'admit', 'roster', 'epoch', 'turn'
 ] as const
 
 export type MessageType = typeof MESSAGE_TYPES[number]
@@ -401,8 +424,8 @@ const TASK_ID = { kind: 'text', max: 128 } as const
 
 /** The body of each message type (spec 8.2) */
 const BODY_FIELDS: Record<MessageType, Fields> = {
-  discuss: { text: text(8192) },
-  propose: { text: text(8192), plan: { kind: 'map', required: false } },
+  discuss: { text: text(8192), next: { ...did, required: false } },
+  propose: { text: text(8192), plan: { kind: 'map', required: false }, next: { ...did, required: false } },
   vote: { proposal: { kind: 'int' }, choice: { kind: 'text', max: 8, oneOf: ['yes', 'no', 'abstain'] } },
   'vote-result': {
     proposal: { kind: 'int' }, yes: { kind: 'int' }, no: { kind: 'int' }, abstain: { kind: 'int' },
@@ -421,7 +444,12 @@ const BODY_FIELDS: Record<MessageType, Fields> = {
   remove: { agent: did, reason: text(256, false) },
   admit: { accept: { kind: 'map' }, role: { kind: 'text', max: 64 }, token: cid, chain: { kind: 'list', max: 9 } },
   roster: { roster: { kind: 'map' } },
-  epoch: { epoch: { kind: 'int', min: 1 }, sequencer: did, promised: { kind: 'list', min: 1, max: 256 } }
+  epoch: { epoch: { kind: 'int', min: 1 }, sequencer: did, promised: { kind: 'list', min: 1, max: 256 } },
+  turn: {
+    turn: { kind: 'int' }, state: { kind: 'text', max: 10, oneOf: ['discussion', 'sync', 'paused'] },
+    policy: { kind: 'text', max: 32 }, speaker: did, fallback: { kind: 'text', max: 11, oneOf: ['round-robin'], required: false },
+    reason: text(256, false)
+  }
 }
 
 /** Parse a message strictly, body included (no signature or membership check) */
@@ -442,7 +470,7 @@ export function parseMessage (value: unknown): TeamMessage {
 }
 
 /** Types only the sequencer appends (spec 8.2) */
-export const SEQUENCER_TYPES: ReadonlySet<MessageType> = new Set(['vote-result', 'roster', 'epoch'])
+export const SEQUENCER_TYPES: ReadonlySet<MessageType> = new Set(['vote-result', 'roster', 'epoch', 'turn'])
 
 // ---------------------------------------------------------------------------
 // entries, checkpoints and claims (spec 8.3, 5.6, 7.2)

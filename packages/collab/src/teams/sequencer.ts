@@ -14,7 +14,9 @@ import {
 } from './errors.js'
 import { encodeEntry } from './encoded.js'
 import { SEQUENCER_TYPES, encodedSize, memberOf, parseAcceptance, parseMessage, signRecord, verifyRecord } from './records.js'
+import { FlowDriver } from './flow/driver.js'
 import type { TeamsLimits } from './api.js'
+import type { SpeakerPolicy } from './flow/policy.js'
 import type { Checkpoint, Entry, MessageType, Roster, RosterMember, RosterPayload, TeamMessage } from './records.js'
 import type { TeamRuntime } from './team.js'
 import type { Did } from '@ioa/interconnect'
@@ -29,6 +31,10 @@ export interface SequencerInit {
   promised: Did[]
   /** The epoch this sequencer orders: the team's current one, or the promised one it starts with `startEpoch` */
   epoch: number
+  /** Speaker policies that are not rules (spec 10.4), by name */
+  policy?: (name: string) => SpeakerPolicy | undefined
+  /** Longest wait for such a policy, ms @default 10_000 */
+  decisionTimeout?: number
 }
 
 /** A beat on a subscription (spec 5.2) */
@@ -67,6 +73,8 @@ export class Sequencer {
   private concluding = false
   /** When this epoch's sequencing began: a member never heard from is silent since then */
   private readonly startedAt = Date.now()
+  /** Flow control: max_turns, policy decisions, silent speakers (spec 10) */
+  private readonly flow: FlowDriver
 
   constructor (team: TeamRuntime, init: SequencerInit) {
     this.team = team
@@ -75,6 +83,14 @@ export class Sequencer {
     this.buckets = new TokenBuckets(l.burst, Math.ceil(l.burst / l.rate * 1000), 1024)
     const now = Date.now()
     for (const a of init.promised) this.acks.set(a, { seq: -1, at: now })
+    this.flow = new FlowDriver(team, {
+      log: init.log,
+      policy: init.policy ?? (() => undefined),
+      decisionTimeout: init.decisionTimeout ?? 10_000,
+      appendOwn: async (type, body) => await this.appendOwn(type, body),
+      enqueue: (job, what) => { this.enqueue(job, what) },
+      stopped: () => this.stopped
+    })
   }
 
   get epoch (): number {
@@ -94,6 +110,7 @@ export class Sequencer {
   stop (): void {
     if (this.stopped) return
     this.stopped = true
+    this.flow.stop()
     clearInterval(this.timer)
     clearInterval(this.revocationTimer)
     for (const s of this.subs.values()) { s.ended = true; s.wake() }
@@ -154,6 +171,7 @@ export class Sequencer {
       this.enqueue(async () => { if (!this.team.concluded) await this.appendOwn('conclude', { summary: 'the deadline passed', outcome: 'abandoned' }) }, 'conclude at the deadline')
       return
     }
+    if (this.leaseLostAt == null) this.flow.tick(now)
     // members that stopped acknowledging are removed (spec 4.3)
     const silent = this.team.roster.members.filter(m => m.agent !== this.team.agent && now - (this.acks.get(m.agent)?.at ?? this.startedAt) > memberTimeout)
     if (silent.length > 0 && !this.team.concluded && this.leaseLostAt == null) {
@@ -218,6 +236,7 @@ export class Sequencer {
       if (again != null) return { seq: again, epoch: this.epoch }
       const seq = await this.append(msg)
       await this.after(msg)
+      await this.flow.step()
       return { seq, epoch: this.epoch }
     }) as { seq: number, epoch: number }
   }
@@ -257,6 +276,8 @@ export class Sequencer {
   async startEpoch (promised: Did[]): Promise<void> {
     await this.queue.add(async () => {
       await this.appendOwn('epoch', { epoch: this.epoch, sequencer: this.team.agent, promised })
+      // the machine's state came with the log: a decision the old sequencer owed is made now (spec 10.5)
+      await this.flow.step()
     })
   }
 
@@ -325,6 +346,8 @@ export class Sequencer {
       // the sequencer left: it stops; the next successor takes over when the members suspect it
       this.stop()
     }
+    // a speaker that left is replaced by a decision
+    await this.flow.step()
   }
 
   /** Record a member's acknowledgement (spec 5.5) */

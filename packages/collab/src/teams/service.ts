@@ -33,6 +33,8 @@ import { TEAM_KEY_PREFIX, TeamLog } from './log.js'
 import { defaultMatcher } from './matcher.js'
 import { cidOf, memberOf, newTeamId, parseEntry, parseInvitation, signRecord, verifyRecord } from './records.js'
 import { Sequencer } from './sequencer.js'
+import { LlmSpeakerPolicy } from './flow/llm.js'
+import type { SpeakerPolicy } from './flow/policy.js'
 import { TeamRuntime } from './team.js'
 import type {
   Acceptor, FormOptions, RoleFailure, Team, TeamGoalInit, TeamService, TeamServiceComponents, TeamServiceEvent, TeamTree, TeamsInit, TeamsLimits
@@ -85,6 +87,8 @@ class DefaultTeamService implements TeamService, TeamHost {
   private readonly held = new Map<string, Held>()
   private readonly perPeer = new Map<string, number>()
   private readonly fanout: EventFanout<TeamServiceEvent>
+  /** Speaker policies that are not rules, used while this node sequences (spec 10.4) */
+  private readonly policies = new Map<string, SpeakerPolicy>()
   private started = false
 
   constructor (components: TeamServiceComponents, init: TeamsInit = {}) {
@@ -104,6 +108,8 @@ class DefaultTeamService implements TeamService, TeamHost {
     this.log = components.logger.forComponent(init.logPrefix ?? 'ioa:collab:teams')
     this.datastore = init.datastore ?? new MemoryDatastore()
     this.fanout = new EventFanout(this.limits.maxBufferedEvents)
+    if (init.llm != null) this.policies.set('llm', new LlmSpeakerPolicy({ logger: components.logger, ...init.llm }))
+    for (const [name, policy] of Object.entries(init.policies ?? {})) this.policies.set(name, policy)
   }
 
   // -------------------------------------------------------------------------
@@ -258,6 +264,9 @@ class DefaultTeamService implements TeamService, TeamHost {
       log: this.log,
       promised,
       epoch: newEpoch ? team.promised : team.epoch,
+      policy: (name) => this.policies.get(name),
+      // the model's own timeout, and a little for the answer to be taken
+      decisionTimeout: (this.init.llm?.timeout ?? 10_000) + 1_000,
       isRevoked: this.init.revocations == null ? undefined : async (cid, issuers) => await (this.init.revocations as { isRevoked(c: string, i?: readonly Did[]): boolean | Promise<boolean> }).isRevoked(cid, issuers)
     })
     h.sequencer = sequencer

@@ -9,12 +9,14 @@ import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
 import { encodeEntry } from './encoded.js'
 import { EventFanout } from './fanout.js'
+import { Flow } from './flow/flow.js'
 import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
 import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyEncodedRecord, verifyRecord } from './records.js'
 import type { EncodedEntry } from './encoded.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
+import type { FlowState } from './flow/state.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { AbortOptions, Logger } from '@libp2p/interface'
 
@@ -59,6 +61,8 @@ export class TeamRuntime implements Team {
   lastCheckpoint?: Checkpoint
   /** The invitation this member accepted (absent for the convener) */
   invitation?: Invitation
+  /** The conversation's state machine over the log (spec 10) */
+  readonly flowControl = new Flow()
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -110,6 +114,12 @@ export class TeamRuntime implements Team {
     return this.stablePoint
   }
 
+  get flow (): FlowState {
+    const s = this.flowControl.state
+    if (s == null) throw new InvalidRosterError('The team has no roster yet')
+    return s
+  }
+
   /** The peer id of a member, by agent */
   peerOf (agent: Did): string | undefined {
     return this.currentRoster == null ? undefined : memberOf(this.currentRoster.payload, agent)?.peer
@@ -159,6 +169,12 @@ export class TeamRuntime implements Team {
       }
       if (this.isConcluded) throw new TeamConcludedError()
       if (m.type === 'roster') await this.checkRosterChange(entry)
+      try {
+        this.flowControl.check(entry, m.type === 'roster' ? (m.body.roster as Roster).payload : roster)
+      } catch (err: any) {
+        this.host.log('team %s: entry %d (%s from %s) refused by the flow - %s', this.id, entry.seq, m.type, m.from, err?.code)
+        throw err
+      }
     }
     if (!signatureChecked && !await (encoded != null ? verifyEncodedRecord('message', encoded.payload, entry.msg.sig, m.from) : verifyRecord('message', entry.msg, m.from))) {
       throw new InvalidMessageError('Message signature does not verify')
@@ -220,6 +236,7 @@ export class TeamRuntime implements Team {
       this.isConcluded = true
       events.push({ type: 'concluded', seq: entry.seq, summary: m.body.summary as string, outcome: m.body.outcome as string })
     }
+    events.push(...this.flowControl.apply(entry, (this.currentRoster as Roster).payload))
     this.derived[entry.seq] = events
     if (live) {
       for (const e of events) this.emit(e)
@@ -242,6 +259,7 @@ export class TeamRuntime implements Team {
     this.currentEpoch = 0
     this.currentSequencer = undefined
     this.isConcluded = false
+    this.flowControl.reset()
     await this.replayStored()
     this.emit({ type: 'truncated', from: seq, count })
     return count

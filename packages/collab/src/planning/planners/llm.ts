@@ -86,8 +86,8 @@ function inferType (v: unknown): string {
   return typeof v
 }
 
-/** Read a response body, refusing more than `max` bytes */
-async function readBounded (res: Response, max: number, log: Logger): Promise<string> {
+/** Read a response body, refusing more than `max` bytes (@internal: also the teams' LLM speaker policy) */
+export async function readBounded (res: Response, max: number, log: Logger): Promise<string> {
   if (res.body == null) {
     const text = await res.text()
     if (text.length > max) fail(`Model response larger than ${max} bytes`)
@@ -116,8 +116,8 @@ async function readBounded (res: Response, max: number, log: Logger): Promise<st
   return new TextDecoder().decode(all)
 }
 
-/** The JSON in a message: the whole content, or the body of a fenced code block */
-function extractJson (content: string): unknown {
+/** The JSON in a message: the whole content, or the body of a fenced code block (@internal: also the teams' LLM speaker policy) */
+export function extractJson (content: string): unknown {
   const text = content.trim()
   const fenced = /^```(?:json)?\s*\n([\s\S]*?)\n?```$/.exec(text)
   return JSON.parse(fenced != null ? fenced[1] : text)

@@ -10,6 +10,7 @@ import { skillCovers } from '../auth/chain.js'
 import { TEAM_PROTOCOL } from './api.js'
 import { DepthExceededError, TeamFormationError } from './errors.js'
 import { cidOf, newId, parseAcceptance, parseDecline, parseGoal, signRecord, verifyRecord } from './records.js'
+import { repetitionLimits } from './repetition.js'
 import { isMap } from '../shape.js'
 import type { FormOptions, Matcher, RoleFailure, RoleInit, TeamServiceComponents, TeamsLimits } from './api.js'
 import type { Capability, Token } from '../auth/delegation.js'
@@ -173,7 +174,7 @@ export async function formTeam (deps: FormationDeps, convener: Identity, team: s
     successors: [convener.did, ...accepted.map(a => a.member.agent)],
     depth,
     deadline: goal.deadline,
-    limits: { maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes },
+    limits: { maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes, ...repetitionLimits(deps.limits) },
     signer: convener.did,
     ts: Date.now()
   }

@@ -13,4 +13,6 @@ export type {
   Signed, Invitation, InvitationPayload, Acceptance, AcceptancePayload, Roster, RosterPayload, RosterMember, RosterLimits,
   TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, ParentRef, Decline, DeclineCode
 } from './records.js'
+export { REPETITION_DEFAULTS, REPETITION_TYPES, SHINGLE_WORDS, shingles, similarity, words } from './repetition.js'
+export type { RepetitionStats, RepetitionCount } from './repetition.js'
 export * from './errors.js'

@@ -273,6 +273,10 @@ export interface RosterLimits {
   rate: number
   burst: number
   historyBytes: number
+  /** Repetition filter (spec 10.7): the last W discussion messages compared, 0 = off @default 32 when absent */
+  repeatWindow?: number
+  /** Repetition filter: similarity threshold, per mille @default 800 when absent */
+  repeatThreshold?: number
 }
 
 export interface RosterPayload {
@@ -321,7 +325,9 @@ const LIMIT_FIELDS: Fields = {
   maxMessageBytes: { kind: 'int', min: 256, max: 1_048_576 },
   rate: { kind: 'int', min: 1, max: 10_000 },
   burst: { kind: 'int', min: 1, max: 10_000 },
-  historyBytes: { kind: 'int', min: 65_536, max: 1_073_741_824 }
+  historyBytes: { kind: 'int', min: 65_536, max: 1_073_741_824 },
+  repeatWindow: { kind: 'int', required: false, min: 0, max: 1024 },
+  repeatThreshold: { kind: 'int', required: false, min: 1, max: 1000 }
 }
 
 /** Parse a roster strictly (no signature check): members sorted by agent, successors = the members */

@@ -32,6 +32,7 @@ import { formTeam, invite } from './formation.js'
 import { TEAM_KEY_PREFIX, TeamLog } from './log.js'
 import { defaultMatcher } from './matcher.js'
 import { cidOf, memberOf, newTeamId, parseEntry, parseInvitation, signRecord, verifyRecord } from './records.js'
+import { checkRepetitionOption } from './repetition.js'
 import { Sequencer } from './sequencer.js'
 import { TeamRuntime } from './team.js'
 import type {
@@ -94,9 +95,10 @@ class DefaultTeamService implements TeamService, TeamHost {
     for (const key of Object.keys(TEAM_DEFAULTS)) {
       const v = (init as Record<string, unknown>)[key]
       if (v !== undefined) {
-        if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 2_147_483_647) {
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < (key === 'repeatWindow' ? 0 : 1) || v > 2_147_483_647) {
           throw new InvalidTeamRecordError(`Team option ${key} must be an integer from 1 to 2147483647`)
         }
+        checkRepetitionOption(key, v)
         limits[key] = v
       }
     }

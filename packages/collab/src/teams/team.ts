@@ -8,10 +8,12 @@
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
 import { EventFanout } from './fanout.js'
-import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
+import { InvalidMessageError, InvalidRosterError, NotMemberError, RepeatedError, StaleEpochError, TeamConcludedError } from './errors.js'
+import { RepetitionFilter, repetitionRule } from './repetition.js'
 import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
+import type { RepetitionStats } from './repetition.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { AbortOptions, Logger } from '@libp2p/interface'
@@ -57,6 +59,8 @@ export class TeamRuntime implements Team {
   lastCheckpoint?: Checkpoint
   /** The invitation this member accepted (absent for the convener) */
   invitation?: Invitation
+  /** The repetition filter over this log (spec 10.7) */
+  readonly repetition: RepetitionFilter
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -65,6 +69,7 @@ export class TeamRuntime implements Team {
     this.store = store
     this.host = host
     this.fanout = new EventFanout(host.limits.maxBufferedEvents)
+    this.repetition = new RepetitionFilter(store)
   }
 
   get roster (): RosterPayload {
@@ -155,6 +160,8 @@ export class TeamRuntime implements Team {
       }
       if (this.isConcluded) throw new TeamConcludedError()
       if (m.type === 'roster') await this.checkRosterChange(entry)
+      // the repetition rule (spec 10.7): the sequencer refuses to order a repeat, a member refuses its entry
+      this.repetition.check(entry.msg, repetitionRule(roster.limits), this.sequencing ? 'notOrdered' : 'refused')
     }
     if (!signatureChecked && !await verifyRecord('message', entry.msg, m.from)) {
       throw new InvalidMessageError('Message signature does not verify')
@@ -281,7 +288,23 @@ export class TeamRuntime implements Team {
   async post (type: MessageType, body: Record<string, unknown>, options: PostOptions = {}): Promise<{ seq: number, epoch: number }> {
     if (this.isConcluded) throw new TeamConcludedError()
     const msg = await this.sign(type, body, options.re)
-    return await this.host.post(this, msg, options)
+    let sent = false
+    try {
+      // the sender's side of the repetition filter (spec 10.7): a repeat is not sent
+      if (this.hasRoster) this.repetition.check(msg, repetitionRule(this.roster.limits), 'notSent')
+      sent = true
+      return await this.host.post(this, msg, options)
+    } catch (err) {
+      if (err instanceof RepeatedError) {
+        this.host.log('team %s: %s not %s - %s', this.id, type, sent ? 'ordered' : 'sent', err.message)
+        this.emit({ type: 'repeated', of: err.seq, similarity: err.similarity, messageType: type, bytes: encodedSize(msg), by: sent ? 'sequencer' : 'sender' })
+      }
+      throw err
+    }
+  }
+
+  repetitionStats (): RepetitionStats {
+    return structuredClone(this.repetition.stats)
   }
 
   async say (text: string, options: PostOptions = {}): Promise<{ seq: number, epoch: number }> {

@@ -70,6 +70,10 @@ export interface TeamsInit {
   repeatWindow?: number
   /** Repetition filter: similarity (per mille) at or above which a message is a repeat (1 to 1000) @default 800 */
   repeatThreshold?: number
+  /** Watchers (spec 5.10) of one team on this node @default 8 */
+  maxWatchers?: number
+  /** Watch streams one peer may hold on this node, all teams together @default 2 */
+  maxWatchersPerPeer?: number
   /** Revocation check of every member's chain (a RevocationStore) */
   revocations?: { isRevoked(cid: string, issuers?: readonly Did[]): boolean | Promise<boolean> }
   /** How often the sequencer checks members' chains for revocation, ms @default 2_000 */
@@ -112,7 +116,9 @@ export const TEAM_DEFAULTS: Readonly<TeamsLimits> = Object.freeze({
   maxBufferedEvents: 4_096,
   revocationCheckInterval: 2_000,
   repeatWindow: 32,
-  repeatThreshold: 800
+  repeatThreshold: 800,
+  maxWatchers: 8,
+  maxWatchersPerPeer: 2
 })
 
 /** What an invitee's acceptor is told */

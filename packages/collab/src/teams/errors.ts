@@ -225,6 +225,15 @@ export class RepeatedError extends TeamError {
   }
 }
 
+export class TooManyWatchersError extends TeamError {
+  static override name = 'TooManyWatchersError'
+  static code = 'TOO_MANY_WATCHERS'
+  constructor (message = 'Too many watchers of the team on this node', options?: ErrorOptions) {
+    super(TooManyWatchersError.code, message, options)
+    this.name = TooManyWatchersError.name
+  }
+}
+
 const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownTeamError.code, UnknownTeamError],
   [NotMemberError.code, NotMemberError],
@@ -246,7 +255,8 @@ const BY_CODE = new Map<string, CollabErrorClass>([
   [TeamFormationError.code, TeamFormationError],
   [DivergedError.code, DivergedError],
   [UnknownProposalError.code, UnknownProposalError],
-  [RepeatedError.code, RepeatedError]
+  [RepeatedError.code, RepeatedError],
+  [TooManyWatchersError.code, TooManyWatchersError]
 ])
 
 /**

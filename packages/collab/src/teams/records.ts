@@ -31,6 +31,7 @@ export const TEAM_PREFIXES = Object.freeze({
   message: 'ioa:team-msg:v1',
   checkpoint: 'ioa:team-checkpoint:v1',
   claim: 'ioa:team-claim:v1',
+  watch: 'ioa:team-watch:v1',
   cfp: 'ioa:cfp:v1',
   proposal: 'ioa:proposal:v1',
   award: 'ioa:award:v1',
@@ -97,6 +98,29 @@ export async function cidOfBytes (bytes: Uint8Array): Promise<string> {
 }
 
 /** The encoded size of a value */
+export interface WatchPayload {
+  v: 1
+  team: string
+  /** The watcher: the audience of the watch token */
+  agent: Did
+  /** The peer the request comes from */
+  peer: string
+  /** The first seq wanted */
+  from: number
+  ts: number
+}
+
+/** A watcher's request to read a team's conversation (spec 5.10) */
+export type Watch = Signed<WatchPayload>
+
+/** Parse a watch record strictly (no signature check) */
+export function parseWatch (value: unknown): Watch {
+  const r = checkSigned(value, 'watch', InvalidTeamRecordError)
+  const p = checkFields(r.payload, { v: version, team: teamId, agent: did, peer, from: { kind: 'int' }, ts: time }, 'watch.payload', InvalidTeamRecordError)
+  checkDid(p.agent, 'watch.agent', InvalidTeamRecordError)
+  return r as unknown as Watch
+}
+
 export function encodedSize (value: unknown): number {
   return dagCbor.encode(value).byteLength
 }

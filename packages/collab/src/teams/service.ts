@@ -34,6 +34,7 @@ import { defaultMatcher } from './matcher.js'
 import { cidOf, memberOf, newTeamId, parseEntry, parseInvitation, signRecord, verifyRecord } from './records.js'
 import { checkRepetitionOption } from './repetition.js'
 import { Sequencer } from './sequencer.js'
+import { TeamWatchers } from './watch.js'
 import { TeamRuntime } from './team.js'
 import type {
   Acceptor, FormOptions, RoleFailure, Team, TeamGoalInit, TeamService, TeamServiceComponents, TeamServiceEvent, TeamTree, TeamsInit, TeamsLimits
@@ -87,6 +88,8 @@ class DefaultTeamService implements TeamService, TeamHost {
   private readonly perPeer = new Map<string, number>()
   private readonly fanout: EventFanout<TeamServiceEvent>
   private started = false
+  /** Read-only watchers of the conversations (spec 5.10) */
+  private readonly watchers: TeamWatchers
 
   constructor (components: TeamServiceComponents, init: TeamsInit = {}) {
     this.components = components
@@ -106,6 +109,12 @@ class DefaultTeamService implements TeamService, TeamHost {
     this.log = components.logger.forComponent(init.logPrefix ?? 'ioa:collab:teams')
     this.datastore = init.datastore ?? new MemoryDatastore()
     this.fanout = new EventFanout(this.limits.maxBufferedEvents)
+    this.watchers = new TeamWatchers({
+      limits: this.limits,
+      log: this.log,
+      lookup: (id) => this.held.get(id)?.team,
+      isRevoked: this.init.revocations == null ? undefined : async (c, issuers) => await (this.init.revocations as { isRevoked(c: string, i?: readonly Did[]): boolean | Promise<boolean> }).isRevoked(c, issuers)
+    })
   }
 
   // -------------------------------------------------------------------------
@@ -123,6 +132,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     await m.handle(TEAM_PROTOCOL, 'claim', async (p, ctx) => await this.onClaim(p, ctx))
     await m.handle(TEAM_PROTOCOL, 'status', (p, ctx) => this.onStatus(p, ctx))
     await m.handle(TEAM_PROTOCOL, 'tree', async (p, ctx) => await this.onTree(p, ctx))
+    await m.handleStream(TEAM_PROTOCOL, 'watch', (p, ctx) => this.watchers.serve(p, ctx))
     await this.loadStored()
   }
 

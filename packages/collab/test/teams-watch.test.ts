@@ -81,7 +81,7 @@ describe('team watch', () => {
     const m = outsider.node.services.messaging
     const at = peers[1].node.peerId
     const watch = (proofs: Token[], from = 0): AsyncGenerator<WatchItem> => watchTeam(m, outsider.node.peerId, at, { team: team.id, identity: watcher, proofs, from }, { timeout: 10_000 })
-    const first = async (gen: AsyncGenerator<WatchItem>): Promise<unknown> => { for await (const i of gen) return i }
+    const first = async (gen: AsyncGenerator<unknown>): Promise<unknown> => { for await (const i of gen) return i }
 
     // a token for another team
     await expectErrorCode(first(watch([await watchToken(peers[0].agent.identity, watcher, 'taaaaaaaaaaaaaaaaaaaaaaaaaa')])), 'UNAUTHORIZED')

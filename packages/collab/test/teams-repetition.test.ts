@@ -7,10 +7,10 @@
  * the roster's `limits` turning the filter off or narrowing its window.
  */
 import { afterEach, describe, expect, it } from 'vitest'
-import { expectErrorCode, readSpecBlock, until } from '../../../test/util.js'
+import { expectErrorCode, prng, readSpecBlock, until } from '../../../test/util.js'
 import { RepeatedError, shingles, similarity, teamService, words } from '../src/teams/index.js'
 import { newId, signRecord } from '../src/teams/records.js'
-import { isRepeat, overlap } from '../src/teams/repetition.js'
+import { isRepeat, overlap, repeatOverlap } from '../src/teams/repetition.js'
 import { goal, settled, startTeamPeers } from './teams-fixture.js'
 import type { Team, TeamEvent, TeamServiceComponents, TeamsInit } from '../src/teams/index.js'
 import type { Entry } from '../src/teams/records.js'
@@ -58,6 +58,18 @@ describe('repetition filter', () => {
       expect(similarity(p.a, p.b)).toBe(p.similarity)
       expect(similarity(p.b, p.a)).toBe(p.similarity)
       expect(isRepeat(o, v.threshold), `${p.a} / ${p.b}`).toBe(p.repeat)
+      // the early-stopping count the filter uses gives the same verdict at any threshold
+      for (const t of [1, 166, 500, 750, 800, 900, 1000]) {
+        expect(repeatOverlap(shingles(p.a), shingles(p.b), t) != null, `${p.a} / ${p.b} at ${t}`).toBe(isRepeat(o, t))
+      }
+    }
+    // and on random texts over a small vocabulary (many near repeats)
+    const rnd = prng(13)
+    const text = (): string => Array.from({ length: 3 + Math.floor(rnd() * 20) }, () => ['hall', 'rain', 'move', 'book', 'noon', 'bus'][Math.floor(rnd() * 6)]).join(' ')
+    for (let i = 0; i < 500; i++) {
+      const [a, b] = [shingles(text()), shingles(text())]
+      const t = 1 + Math.floor(rnd() * 1000)
+      expect(repeatOverlap(a, b, t) != null).toBe(isRepeat(overlap(a, b), t))
     }
     // both sides of the threshold are covered
     expect(v.pairs.some(p => p.repeat) && v.pairs.some(p => !p.repeat && p.shared > 0)).toBe(true)

@@ -68,7 +68,7 @@ export function words (text: string): string[] {
 export function shingles (text: string): Set<string> {
   const w = words(text)
   const out = new Set<string>()
-  for (let i = 0; i + SHINGLE_WORDS <= w.length; i++) out.add(w.slice(i, i + SHINGLE_WORDS).join(' '))
+  for (let i = 0; i + SHINGLE_WORDS <= w.length; i++) out.add(w[i] + ' ' + w[i + 1] + ' ' + w[i + 2])
   return out
 }
 
@@ -89,6 +89,27 @@ export function similarity (a: string, b: string): number {
 /** Whether an overlap is a repeat under a threshold (per mille), in integers */
 export function isRepeat (o: { shared: number, union: number }, threshold: number): boolean {
   return o.shared > 0 && o.shared * 1000 >= threshold * o.union
+}
+
+/**
+ * The overlap of two sets when it is a repeat under `threshold`, else
+ * undefined; the same verdict as `isRepeat(overlap(a, b))`, but it stops as
+ * soon as the threshold cannot be reached: a repeat needs
+ * shared ≥ threshold × (|a| + |b|) / (1000 + threshold)
+ */
+export function repeatOverlap (a: ReadonlySet<string>, b: ReadonlySet<string>, threshold: number): { shared: number, union: number } | undefined {
+  const [small, large] = a.size <= b.size ? [a, b] : [b, a]
+  const needed = Math.max(1, Math.ceil(threshold * (a.size + b.size) / (1000 + threshold)))
+  // the misses the smaller set can afford
+  let spare = small.size - needed
+  if (spare < 0) return undefined
+  let shared = 0
+  for (const s of small) {
+    if (large.has(s)) shared++
+    else if (--spare < 0) return undefined
+  }
+  const o = { shared, union: a.size + b.size - shared }
+  return isRepeat(o, threshold) ? o : undefined
 }
 
 /** The earlier message a text repeats */
@@ -143,8 +164,8 @@ export class RepetitionFilter {
     const window = this.window(rule.window)
     let best: { seq: number, shared: number, union: number } | undefined
     for (const seq of window) {
-      const o = overlap(mine, this.shinglesOf(seq))
-      if (!isRepeat(o, rule.threshold)) continue
+      const o = repeatOverlap(mine, this.shinglesOf(seq), rule.threshold)
+      if (o == null) continue
       // the most similar; on a tie the earliest
       if (best == null || o.shared * best.union > best.shared * o.union) best = { seq, ...o }
     }

@@ -4,17 +4,21 @@
  * entries from a seq on, then live, with beats, ending after `conclude`; and
  * the refusals: a token for another team, a token not rooted at a member, a
  * request replayed from another peer, a forged request signature, too many
- * watchers from one peer.
+ * watchers from one peer. And the `watch-vectors` of section 12.
  */
 import { afterEach, describe, expect, it } from 'vitest'
-import { expectErrorCode, until } from '../../../test/util.js'
-import { delegate, encodeToken } from '../src/auth/delegation.js'
+import * as dagCbor from '@ipld/dag-cbor'
+import { identityFromPrivateKey } from '@ioa/interconnect'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import { ed25519KeyFromSeed, expectErrorCode, fromHex, readSpecBlock, toHex, until } from '../../../test/util.js'
+import { capabilityCovers, decodeToken, delegate, encodeToken, tokenCid, verifyChain } from '../src/auth/delegation.js'
 import { WATCH_SKILL, watchTeam } from '../src/teams/index.js'
-import { signRecord } from '../src/teams/records.js'
+import { TEAM_PREFIXES, cidOf, parseWatch, recordSigningBytes, signRecord, verifyRecord } from '../src/teams/records.js'
 import { goal, settled, startTeamPeer, startTeamPeers } from './teams-fixture.js'
 import { createIdentity } from '@ioa/interconnect'
 import type { Team, WatchItem } from '../src/teams/index.js'
-import type { Token } from '../src/auth/delegation.js'
+import type { Capability, Token } from '../src/auth/delegation.js'
+import type { WatchPayload } from '../src/teams/records.js'
 import type { TeamPeer } from './teams-fixture.js'
 import type { Identity } from '@ioa/interconnect'
 
@@ -42,6 +46,52 @@ async function watchToken (issuer: Identity, watcher: Identity, team: string): P
 function drain (gen: AsyncGenerator<WatchItem>, items: WatchItem[]): Promise<unknown> {
   return (async () => { for await (const i of gen) items.push(i) })().then(() => undefined, (err: unknown) => err)
 }
+
+interface WatchVectors {
+  watcher: { seed: string, did: string, peer: string }
+  prefix: string
+  token: { payload: Record<string, unknown>, token: string, cid: string }
+  watch: { kind: 'watch', signer: string, payload: WatchPayload, signingBytes: string, signature: string, record: string, cid: string }
+}
+
+describe('spec/teams.md watch vectors', () => {
+  it('the watch token and the watch record re-signed from their payloads have the vector bytes; the record parses and verifies; the chain grants this team only', async () => {
+    const team = readSpecBlock<{ principals: Record<string, { seed: string, did: string }>, team: string }>('teams.md', 'team-vectors')
+    const v = readSpecBlock<WatchVectors>('teams.md', 'watch-vectors')
+    const key = await ed25519KeyFromSeed(v.watcher.seed)
+    const watcher = identityFromPrivateKey(key)
+    const car = identityFromPrivateKey(await ed25519KeyFromSeed(team.principals.car.seed))
+    expect(watcher.did).toBe(v.watcher.did)
+    expect(peerIdFromPrivateKey(key).toString()).toBe(v.watcher.peer)
+    expect(toHex(new TextEncoder().encode(TEAM_PREFIXES.watch + '\n'))).toBe(v.prefix)
+    // the token: the car agent (the convener) grants the watch of the vectors' team
+    const p = v.token.payload as { cap: Capability[], exp: number, nonce: string }
+    const token = await delegate(car, { audience: watcher.did, capabilities: p.cap, expiresAt: p.exp, nonce: p.nonce })
+    expect(toHex(encodeToken(token))).toBe(v.token.token)
+    expect((await tokenCid(token)).toString()).toBe(v.token.cid)
+    expect(decodeToken(fromHex(v.token.token)).payload).toEqual(v.token.payload)
+    const chain = await verifyChain(token, [], { now: p.exp - 1000 })
+    expect(chain.root).toBe(team.principals.car.did)
+    expect(chain.capabilities.some(c => capabilityCovers(c, { skill: WATCH_SKILL, constraints: { team: team.team } }))).toBe(true)
+    expect(chain.capabilities.some(c => capabilityCovers(c, { skill: WATCH_SKILL, constraints: { team: 'taaaaaaaaaaaaaaaaaaaaaaaaaa' } }))).toBe(false)
+    // the record
+    expect(v.watch.payload).toMatchObject({ team: team.team, agent: watcher.did, peer: v.watcher.peer })
+    const signed = await signRecord('watch', v.watch.payload, watcher)
+    expect(toHex(recordSigningBytes('watch', v.watch.payload))).toBe(v.watch.signingBytes)
+    expect(v.watch.signingBytes.startsWith(v.prefix)).toBe(true)
+    expect(toHex(signed.sig)).toBe(v.watch.signature)
+    expect(toHex(dagCbor.encode(signed))).toBe(v.watch.record)
+    expect(await cidOf(signed)).toBe(v.watch.cid)
+    const decoded = parseWatch(dagCbor.decode(fromHex(v.watch.record)))
+    expect(decoded.payload).toEqual(signed.payload)
+    expect(toHex(decoded.sig)).toBe(v.watch.signature)
+    expect(await verifyRecord('watch', decoded, watcher.did)).toBe(true)
+    expect(await verifyRecord('watch', decoded, car.did)).toBe(false)
+    expect(await verifyRecord('claim', decoded, watcher.did)).toBe(false)
+    // strict: an unknown key is refused
+    expect(() => parseWatch({ ...decoded, payload: { ...decoded.payload, extra: 1 } })).toThrow(/unknown field/)
+  })
+})
 
 describe('team watch', () => {
   it('a watcher with a member\'s token reads the log from a seq on, then live, until the conversation concludes', async () => {

@@ -121,6 +121,25 @@ describe('repetition filter', () => {
     expect(texts(convener).filter(x => typeof x === 'string' && x.toLowerCase().startsWith('move the concert to saturday'))).toHaveLength(1)
   })
 
+  it('two members say the same at once: one is ordered, the other refused by its node or by the sequencer, never both in the log', async () => {
+    const { peers, handles } = await team3()
+    const [convener, a, b] = handles
+    for (let round = 0; round < 3; round++) {
+      const text = `Round ${round}: move the concert to Saturday because storms are expected on Friday`
+      const outcomes = await Promise.allSettled([a.say(text), b.say(text)])
+      expect(outcomes.filter(o => o.status === 'fulfilled')).toHaveLength(1)
+      const refused = outcomes.find(o => o.status === 'rejected') as PromiseRejectedResult
+      expect(refused.reason.code).toBe('REPEATED')
+      const { seq } = (outcomes.find(o => o.status === 'fulfilled') as PromiseFulfilledResult<{ seq: number }>).value
+      expect(refused.reason.seq).toBe(seq)
+    }
+    // each refusal was counted once, where it happened: at the sender's node or at the sequencer
+    const counted = a.repetitionStats().notSent.messages + b.repetitionStats().notSent.messages + convener.repetitionStats().notOrdered.messages
+    expect(counted).toBe(3)
+    await settled(peers, convener.id, 4)
+    for (const t of handles) expect(t.history().filter(e => e.msg.payload.type === 'discuss')).toHaveLength(3)
+  })
+
   it('a member refuses an entry that repeats the log, so a sequencer cannot slip one in', async () => {
     const { peers, handles } = await team3()
     const [convener, member] = handles

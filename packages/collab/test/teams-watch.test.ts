@@ -121,6 +121,23 @@ describe('team watch', () => {
     expect(entries()).toEqual([1, 2, 3, 4])
   })
 
+  it('the watch ends when the member whose token it holds leaves the team', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    const team = await formTeam(peers)
+    const outsider = await startTeamPeer(closers, { name: 'watcher', dial: peers[0].node })
+    const watcher = await createIdentity()
+    // peers[2]'s member grants the watch; the convener's node serves it
+    const token = await watchToken(peers[2].agent.identity, watcher, team.id)
+    const items: WatchItem[] = []
+    const done = drain(watchTeam(outsider.node.services.messaging, outsider.node.peerId, peers[0].node.peerId, { team: team.id, identity: watcher, proofs: [token] }, { timeout: 10_000 }), items)
+    await until(() => items.length > 0 || undefined, { timeout: 20_000, what: 'the watch runs' })
+    await team.remove(peers[2].agent.did, 'done with the venue')
+    const err = await done as { code?: string }
+    expect(err?.code).toBe('NOT_MEMBER')
+    // it saw the roster change before it ended
+    expect(items.some(i => 'entry' in i && i.entry.msg.payload.type === 'remove')).toBe(true)
+  })
+
   it('refuses a token for another team, one not rooted at a member, a replayed or forged request and too many watchers', async () => {
     // three peers: formation of a two-peer team fails with DIAL_FAILED on this machine (also on main)
     const peers = await startTeamPeers(closers, 3, (i) => i === 1 ? { init: { maxWatchersPerPeer: 1 } } : {})

@@ -8,7 +8,7 @@
  * the node.
  */
 import { InvalidSignatureError, PrincipalMismatchError, TokenExpiredError, UnauthorizedError } from '../errors.js'
-import { capabilityCovers, decodeToken, verifyChain } from '../auth/delegation.js'
+import { capabilityCovers, decodeToken, encodeToken, verifyChain } from '../auth/delegation.js'
 import { isMap } from '../shape.js'
 import { InvalidTeamRecordError, NotMemberError, PeerMismatchError, RecordExpiredError, TooManyWatchersError, UnknownTeamError } from './errors.js'
 import { memberOf, parseEntry, parseWatch, signRecord, verifyRecord } from './records.js'
@@ -74,7 +74,8 @@ export class TeamWatchers {
     const proofs = decodeProofs(request.proofs)
     if (!await verifyRecord('watch', watch, p.agent)) throw new InvalidSignatureError('Watch signature does not verify')
     if (Math.abs(Date.now() - p.ts) > limits.clockSkew) throw new RecordExpiredError('Watch time outside the clock skew')
-    const expiresAt = await this.authorize(team, p, proofs)
+    const authorize = async (): Promise<number> => await this.authorize(team, p, proofs)
+    const expiresAt = await authorize()
     if (p.from > team.length) throw new InvalidTeamRecordError(`watch.from ${p.from} is beyond the log (${team.length})`)
     if ((this.perTeam.get(team.id) ?? 0) >= limits.maxWatchers) throw new TooManyWatchersError(`Team ${team.id} has ${limits.maxWatchers} watchers on this node`)
     if ((this.perPeer.get(peer) ?? 0) >= limits.maxWatchersPerPeer) throw new TooManyWatchersError(`Peer ${peer} watches ${limits.maxWatchersPerPeer} teams on this node`)
@@ -82,7 +83,7 @@ export class TeamWatchers {
     bump(this.perPeer, peer, 1)
     log('team %s: %s watches from %d (peer %s)', team.id, p.agent, p.from, peer)
     try {
-      yield * this.stream(team, p.from, expiresAt, ctx.signal)
+      yield * this.stream(team, p.from, expiresAt, authorize, ctx.signal)
     } finally {
       bump(this.perTeam, team.id, -1)
       bump(this.perPeer, peer, -1)
@@ -104,11 +105,22 @@ export class TeamWatchers {
     return chain.expiresAt
   }
 
-  private async * stream (team: TeamRuntime, from: number, expiresAt: number, signal: AbortSignal): AsyncGenerator<WatchItem, void, undefined> {
-    const { heartbeat, clockSkew } = this.init.limits
+  /**
+   * The entries from `from`, then live, with beats; the authority is checked
+   * again every `revocationCheckInterval` (a revoked token, a root no longer
+   * in the roster end the stream with their code)
+   */
+  private async * stream (team: TeamRuntime, from: number, expiresAt: number, authorize: () => Promise<number>, signal: AbortSignal): AsyncGenerator<WatchItem, void, undefined> {
+    const { heartbeat, clockSkew, revocationCheckInterval } = this.init.limits
     let next = from
+    let checked = Date.now()
     while (!signal.aborted && this.init.lookup(team.id) === team) {
       if (Date.now() > expiresAt + clockSkew) throw new TokenExpiredError('The watch token expired')
+      if (Date.now() - checked >= revocationCheckInterval) {
+        checked = Date.now()
+        // signatures are cached: this re-walks the chain for revocation, expiry and the roster
+        await authorize()
+      }
       if (next > team.length) {
         // the member repaired its log (spec 7.3): what was sent from here on is gone
         next = team.length
@@ -164,7 +176,6 @@ export interface WatchTeamInit {
 export async function * watchTeam (
   messaging: Pick<Messaging, 'stream'>, self: PeerId, peer: PeerId, init: WatchTeamInit, options: AbortOptions & { timeout?: number } = {}
 ): AsyncGenerator<WatchItem, void, undefined> {
-  const { encodeToken } = await import('../auth/delegation.js')
   const payload: WatchPayload = { v: 1, team: init.team, agent: init.identity.did, peer: self.toString(), from: init.from ?? 0, ts: Date.now() }
   const watch = await signRecord('watch', payload, init.identity)
   const request = { watch, proofs: init.proofs.map(t => encodeToken(t)) }

@@ -8,7 +8,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest'
 import { expectErrorCode, prng, readSpecBlock, until } from '../../../test/util.js'
-import { RepeatedError, shingles, similarity, teamService, words } from '../src/teams/index.js'
+import { RepeatedError, repetitionSaved, shingles, similarity, teamService, words } from '../src/teams/index.js'
 import { newId, signRecord } from '../src/teams/records.js'
 import { isRepeat, overlap, repeatOverlap } from '../src/teams/repetition.js'
 import { goal, settled, startTeamPeers } from './teams-fixture.js'
@@ -136,6 +136,10 @@ describe('repetition filter', () => {
     // each refusal was counted once, where it happened: at the sender's node or at the sequencer
     const counted = a.repetitionStats().notSent.messages + b.repetitionStats().notSent.messages + convener.repetitionStats().notOrdered.messages
     expect(counted).toBe(3)
+    const saved = repetitionSaved(handles.map(t => t.repetitionStats()), 3)
+    expect(saved.messages).toBe(3)
+    expect(saved.bytes).toBeGreaterThan(3 * 200)
+    expect(saved.wireBytes).toBe(saved.bytes * 3)
     await settled(peers, convener.id, 4)
     for (const t of handles) expect(t.history().filter(e => e.msg.payload.type === 'discuss')).toHaveLength(3)
   })

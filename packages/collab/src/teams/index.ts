@@ -13,8 +13,8 @@ export type {
   Signed, Invitation, InvitationPayload, Acceptance, AcceptancePayload, Roster, RosterPayload, RosterMember, RosterLimits,
   TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, Watch, WatchPayload, ParentRef, Decline, DeclineCode
 } from './records.js'
-export { REPETITION_DEFAULTS, REPETITION_TYPES, SHINGLE_WORDS, shingles, similarity, words } from './repetition.js'
-export type { RepetitionStats, RepetitionCount } from './repetition.js'
+export { REPETITION_DEFAULTS, REPETITION_TYPES, SHINGLE_WORDS, repetitionSaved, shingles, similarity, words } from './repetition.js'
+export type { RepetitionStats, RepetitionCount, RepetitionSaved } from './repetition.js'
 export { WATCH_SKILL, watchTeam } from './watch.js'
 export type { WatchItem, WatchTeamInit } from './watch.js'
 export * from './errors.js'

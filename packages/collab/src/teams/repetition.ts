@@ -136,6 +136,31 @@ export interface RepetitionStats {
   refused: RepetitionCount
 }
 
+/** What the filter kept out of a team's log, summed over its members' nodes */
+export interface RepetitionSaved {
+  /** Posts that never entered the log: not sent by their node, or not ordered by the sequencer */
+  messages: number
+  /** Their encoded bytes */
+  bytes: number
+  /** About the bytes they would have cost on the wire: the post to the sequencer and the entry to each of the other members */
+  wireBytes: number
+}
+
+/**
+ * Sum the `repetitionStats()` of every member's node of a team of `members`
+ * members (for benchmarks and reports). Entries members refused are not
+ * counted: they reached the wire already (from a sequencer that did not filter).
+ */
+export function repetitionSaved (stats: RepetitionStats[], members: number): RepetitionSaved {
+  let messages = 0
+  let bytes = 0
+  for (const s of stats) {
+    messages += s.notSent.messages + s.notOrdered.messages
+    bytes += s.notSent.bytes + s.notOrdered.bytes
+  }
+  return { messages, bytes, wireBytes: bytes * Math.max(1, members) }
+}
+
 /**
  * The filter of one team: the seqs of the discussion entries of the log (an
  * index kept in step with it, rebuilt after a truncation) and the shingles

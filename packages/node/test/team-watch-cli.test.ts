@@ -94,7 +94,7 @@ describe('ioa team watch', () => {
     const entries = run.stdout.trim().split('\n').map(l => JSON.parse(l))
     expect(entries.map(e => e.seq)).toEqual([1, 2, 3, 4])
     expect(entries.map(e => e.type)).toEqual(['discuss', 'discuss', 'discuss', 'conclude'])
-    expect(entries[1]).toMatchObject({ from: venue.did, type: 'discuss', body: { text: 'Hall B is free tonight, it holds four hundred people' } })
+    expect(entries[1]).toMatchObject({ from: venue.did, role: 'venue', type: 'discuss', body: { text: 'Hall B is free tonight, it holds four hundred people' } })
     expect(entries[3].body).toMatchObject({ summary: 'moved to hall B', outcome: 'done' })
 
     // the whole conversation, as text: the rosters give the senders' roles

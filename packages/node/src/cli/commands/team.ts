@@ -21,7 +21,7 @@ export const teamWatchCommand: CommandSpec = {
   description: [
     'Connects to the member\'s node --peer (with /p2p/<peer id>) and prints the team\'s entries from',
     '--from (default 0) on, then each new one as it is ordered, until the team concludes (exit 0) or',
-    'Ctrl-C (exit 0). One line per entry: seq, sender (role, from the rosters seen, and a short did),',
+    'Ctrl-C (exit 0). One line per entry: seq, sender (role, from the rosters, and a short did),',
     'type, and the text or a summary. The watcher is not a member: its authority is a watch token that',
     'a member (or the convener) signed for the --key agent, e.g.',
     '  ioa delegate --key member.key --to <watcher did> --skill \'ioa.team.watch{team=<team>}\'',
@@ -63,10 +63,11 @@ export const teamWatchCommand: CommandSpec = {
     return withClient({ bootstrap: [peer], dht: false, dataDir: clientDataDir(args, ctx), timeout, signal: ctx.signal, out }, async ({ node }) => {
       const transport = node.transport
       const items = watchTeam(transport.services.messaging, transport.peerId, peerIdFromString(peerOf(peer)), {
-        team, identity: key.identity, proofs: [leaf, ...proofs.filter(p => p !== leaf)], from
+        // from entry 0: the rosters before --from name the senders' roles (the log is bounded by the team's history budget)
+        team, identity: key.identity, proofs: [leaf, ...proofs.filter(p => p !== leaf)], from: 0
       }, { timeout, signal: ctx.signal })
       out.progress(`watching team ${team} at ${peerOf(peer)} from entry ${from}`)
-      const printer = new EntryPrinter(out)
+      const printer = new EntryPrinter(out, from)
       try {
         for await (const item of items) printer.item(item)
       } catch (err) {
@@ -82,11 +83,13 @@ export const teamWatchCommand: CommandSpec = {
 /** Lines of a watch: roles learned from the roster entries */
 class EntryPrinter {
   private readonly out: Output
+  private readonly from: number
   private readonly roles = new Map<string, string>()
   concluded = false
 
-  constructor (out: Output) {
+  constructor (out: Output, from: number) {
     this.out = out
+    this.from = from
   }
 
   item (item: WatchItem): void {
@@ -103,6 +106,7 @@ class EntryPrinter {
       for (const member of members) this.roles.set(member.agent, member.role)
     }
     if (m.type === 'conclude') this.concluded = true
+    if (entry.seq < this.from) return
     const role = this.roles.get(m.from)
     if (this.out.json) {
       this.out.emit({ seq: entry.seq, epoch: entry.epoch, from: m.from, ...(role != null ? { role } : {}), type: m.type, id: m.id, ts: m.ts, ...(m.re != null ? { re: m.re } : {}), body: m.body })

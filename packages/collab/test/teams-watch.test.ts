@@ -139,7 +139,6 @@ describe('team watch', () => {
   })
 
   it('refuses a token for another team, one not rooted at a member, a replayed or forged request and too many watchers', async () => {
-    // three peers: formation of a two-peer team fails with DIAL_FAILED on this machine (also on main)
     const peers = await startTeamPeers(closers, 3, (i) => i === 1 ? { init: { maxWatchersPerPeer: 1 } } : {})
     const team = await formTeam(peers)
     const outsider = await startTeamPeer(closers, { name: 'watcher', dial: peers[1].node })

@@ -43,3 +43,4 @@ export { RunJournal, JOURNAL_PREFIX, RUN_ID } from './orchestration/journal.js'
 export type { RunRecord, StepRecord, AttemptRecord } from './orchestration/journal.js'
 // teams and negotiation records (spec/teams.md)
 export * from './teams/wire.js'
+export { TEAM_ID } from './teams/records.js'

@@ -39,7 +39,12 @@ export async function startTeamPeer (closers: Array<() => Promise<unknown>>, opt
   const datastore = options.datastore ?? new MemoryDatastore()
   const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], datastore })
   closers.push(async () => node.stop())
-  if (options.dial != null) await node.dial(options.dial.getMultiaddrs())
+  if (options.dial != null) {
+    const other = options.dial
+    await node.dial(other.getMultiaddrs())
+    // the dialled node registers the inbound connection a little later: until then it cannot reach this one
+    await until(() => other.getConnections(node.peerId).length > 0 || undefined, { timeout: 10_000, interval: 10, what: 'the inbound connection' })
+  }
   const ic = await createInterconnect(node, { requestTimeout: 3_000, datastore })
   closers.push(async () => ic.stop())
   const name = options.name ?? 'agent'

@@ -407,7 +407,7 @@ describe('bad input', () => {
   })
 
   it('prints the help of ioa and of every command with --help or -h (exit 0)', async () => {
-    const commands = ['start', 'key new', 'key show', 'key list', 'key passphrase', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task']
+    const commands = ['start', 'key new', 'key show', 'key list', 'key passphrase', 'agents', 'discover', 'card', 'delegate', 'revoke', 'submit', 'task', 'team watch']
     const runs = await Promise.all([
       ioa(['--help']),
       ioa(['key', '--help']),

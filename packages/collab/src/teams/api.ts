@@ -6,6 +6,7 @@ import type { Token } from '../auth/delegation.js'
 import type { FlowPhase, FlowState } from './flow/state.js'
 import type { LlmPolicyInit, SpeakerPolicy } from './flow/policy.js'
 import type { Decline, Entry, Invitation, MessageType, ParentRef, RosterPayload, TeamGoal, TeamMessage } from './records.js'
+import type { RepetitionStats } from './repetition.js'
 import type { DiscoveredAgent, Did, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
 import type { AbortOptions, ComponentLogger, PeerId } from '@libp2p/interface'
@@ -67,6 +68,14 @@ export interface TeamsInit {
   requestTimeout?: number
   /** Events buffered for one slow `events()` reader before it is ended with an error @default 4_096 */
   maxBufferedEvents?: number
+  /** Repetition filter (spec 10.7), written into the rosters this node convenes: discussion messages compared, 0 turns it off (at most 1024) @default 32 */
+  repeatWindow?: number
+  /** Repetition filter: similarity (per mille) at or above which a message is a repeat (1 to 1000) @default 800 */
+  repeatThreshold?: number
+  /** Watchers (spec 5.10) of one team on this node @default 8 */
+  maxWatchers?: number
+  /** Watch streams one peer may hold on this node, all teams together @default 2 */
+  maxWatchersPerPeer?: number
   /** Revocation check of every member's chain (a RevocationStore) */
   revocations?: { isRevoked(cid: string, issuers?: readonly Did[]): boolean | Promise<boolean> }
   /** How often the sequencer checks members' chains for revocation, ms @default 2_000 */
@@ -111,7 +120,11 @@ export const TEAM_DEFAULTS: Readonly<TeamsLimits> = Object.freeze({
   defaultDeadline: 3_600_000,
   requestTimeout: 5_000,
   maxBufferedEvents: 4_096,
-  revocationCheckInterval: 2_000
+  revocationCheckInterval: 2_000,
+  repeatWindow: 32,
+  repeatThreshold: 800,
+  maxWatchers: 8,
+  maxWatchersPerPeer: 2
 })
 
 /** What an invitee's acceptor is told */
@@ -187,6 +200,8 @@ export type TeamEvent =
   | { type: 'state', seq: number, state: Exclude<FlowPhase, 'concluded'>, previous: FlowPhase }
   /** A policy decision: `speaker` has the next turn (spec 10.4) */
   | { type: 'turn', seq: number, turn: number, speaker: Did, policy: string, reason?: string, fallback?: string }
+  /** A post of this member was not sent (`by: 'sender'`) or not ordered (`by: 'sequencer'`): it repeats entry `of` (spec 10.7) */
+  | { type: 'repeated', of: number, similarity: number, messageType: MessageType, bytes: number, by: 'sender' | 'sequencer' }
 
 /** A node-level event of the team service */
 export type TeamServiceEvent =
@@ -246,6 +261,8 @@ export interface Team {
   formSubteam(goal: TeamGoal, options?: FormOptions): Promise<Team>
   /** The team and its sub-teams, as far as the conveners answer */
   tree(options?: AbortOptions): Promise<TeamTree>
+  /** What the repetition filter kept off the wire on this node (spec 10.7) */
+  repetitionStats(): RepetitionStats
 }
 
 /** The slice of a node the team service needs */

@@ -227,6 +227,40 @@ export class MaxTurnsError extends TeamError {
   }
 }
 
+/**
+ * A `discuss` or `propose` message repeats an earlier one (spec 10.7): the
+ * message names the seq it repeats and the similarity, as
+ * `repeats entry <seq> (similarity <s>)`, which a remote error is read back from
+ */
+export class RepeatedError extends TeamError {
+  static override name = 'RepeatedError'
+  static code = 'REPEATED'
+  /** The seq of the entry repeated (-1 when unknown) */
+  readonly seq: number
+  /** Jaccard similarity of the texts' 3-word shingles, rounded down to 3 decimals (-1 when unknown) */
+  readonly similarity: number
+  constructor (message = 'The message repeats the conversation', options?: ErrorOptions) {
+    super(RepeatedError.code, message, options)
+    this.name = RepeatedError.name
+    const m = /repeats entry (\d+) \(similarity ([01](?:\.\d+)?)\)/.exec(message)
+    this.seq = m == null ? -1 : Number(m[1])
+    this.similarity = m == null ? -1 : Number(m[2])
+  }
+
+  static of (seq: number, similarity: number): RepeatedError {
+    return new RepeatedError(`The message repeats entry ${seq} (similarity ${similarity})`)
+  }
+}
+
+export class TooManyWatchersError extends TeamError {
+  static override name = 'TooManyWatchersError'
+  static code = 'TOO_MANY_WATCHERS'
+  constructor (message = 'Too many watchers of the team on this node', options?: ErrorOptions) {
+    super(TooManyWatchersError.code, message, options)
+    this.name = TooManyWatchersError.name
+  }
+}
+
 const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownTeamError.code, UnknownTeamError],
   [NotMemberError.code, NotMemberError],
@@ -250,7 +284,9 @@ const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownProposalError.code, UnknownProposalError],
   [IllegalTransitionError.code, IllegalTransitionError],
   [NotYourTurnError.code, NotYourTurnError],
-  [MaxTurnsError.code, MaxTurnsError]
+  [MaxTurnsError.code, MaxTurnsError],
+  [RepeatedError.code, RepeatedError],
+  [TooManyWatchersError.code, TooManyWatchersError]
 ])
 
 /**

@@ -11,6 +11,7 @@ import { TEAM_PROTOCOL } from './api.js'
 import { DepthExceededError, InvalidTeamRecordError, TeamFormationError } from './errors.js'
 import { cidOf, newId, parseAcceptance, parseDecline, parseGoal, parseRosterLimits, signRecord, verifyRecord } from './records.js'
 import { flowLimits } from './flow/options.js'
+import { repetitionLimits } from './repetition.js'
 import { isMap } from '../shape.js'
 import type { FormOptions, Matcher, RoleFailure, RoleInit, TeamServiceComponents, TeamsLimits } from './api.js'
 import type { Capability, Token } from '../auth/delegation.js'
@@ -123,7 +124,7 @@ export async function formTeam (deps: FormationDeps, convener: Identity, team: s
   const roles = options.roles ?? goal.capabilities.map(c => ({ role: c, capabilities: [c] }))
   if (roles.length + 1 > deps.limits.maxMembers) throw new TeamFormationError(`${roles.length} roles do not fit ${deps.limits.maxMembers} members`)
   const limits = parseRosterLimits({
-    maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes, ...flowLimits(options.flow)
+    maxMessageBytes: deps.limits.maxMessageBytes, rate: deps.limits.rate, burst: deps.limits.burst, historyBytes: deps.limits.historyBytes, ...flowLimits(options.flow), ...repetitionLimits(deps.limits)
   }, InvalidTeamRecordError)
   const proofs = options.proofs ?? []
   const used = new Set<Did>([convener.did])

@@ -12,6 +12,10 @@ export type {
 export * from './flow/index.js'
 export type {
   Signed, Invitation, InvitationPayload, Acceptance, AcceptancePayload, Roster, RosterPayload, RosterMember, RosterLimits,
-  TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, ParentRef, Decline, DeclineCode
+  TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, Watch, WatchPayload, ParentRef, Decline, DeclineCode
 } from './records.js'
+export { REPETITION_DEFAULTS, REPETITION_TYPES, SHINGLE_WORDS, repetitionSaved, shingles, similarity, words } from './repetition.js'
+export type { RepetitionStats, RepetitionCount, RepetitionSaved } from './repetition.js'
+export { WATCH_SKILL, watchTeam } from './watch.js'
+export type { WatchItem, WatchTeamInit } from './watch.js'
 export * from './errors.js'

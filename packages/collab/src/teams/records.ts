@@ -31,6 +31,7 @@ export const TEAM_PREFIXES = Object.freeze({
   message: 'ioa:team-msg:v1',
   checkpoint: 'ioa:team-checkpoint:v1',
   claim: 'ioa:team-claim:v1',
+  watch: 'ioa:team-watch:v1',
   cfp: 'ioa:cfp:v1',
   proposal: 'ioa:proposal:v1',
   award: 'ioa:award:v1',
@@ -102,6 +103,29 @@ export async function cidOfBytes (bytes: Uint8Array): Promise<string> {
 }
 
 /** The encoded size of a value */
+export interface WatchPayload {
+  v: 1
+  team: string
+  /** The watcher: the audience of the watch token */
+  agent: Did
+  /** The peer the request comes from */
+  peer: string
+  /** The first seq wanted */
+  from: number
+  ts: number
+}
+
+/** A watcher's request to read a team's conversation (spec 5.10) */
+export type Watch = Signed<WatchPayload>
+
+/** Parse a watch record strictly (no signature check) */
+export function parseWatch (value: unknown): Watch {
+  const r = checkSigned(value, 'watch', InvalidTeamRecordError)
+  const p = checkFields(r.payload, { v: version, team: teamId, agent: did, peer, from: { kind: 'int' }, ts: time }, 'watch.payload', InvalidTeamRecordError)
+  checkDid(p.agent, 'watch.agent', InvalidTeamRecordError)
+  return r as unknown as Watch
+}
+
 export function encodedSize (value: unknown): number {
   return dagCbor.encode(value).byteLength
 }
@@ -290,6 +314,10 @@ export interface RosterLimits {
   priority?: string[]
   /** A speaker silent this long (ms) loses its turn; absent: 60,000 */
   turnTimeout?: number
+  /** Repetition filter (spec 10.7): the last W discussion messages compared, 0 = off @default 32 when absent */
+  repeatWindow?: number
+  /** Repetition filter: similarity threshold, per mille @default 800 when absent */
+  repeatThreshold?: number
 }
 
 export interface RosterPayload {
@@ -344,7 +372,10 @@ const LIMIT_FIELDS: Fields = {
   policy: { kind: 'text', max: 32, pattern: /^[a-z][a-z0-9-]{0,31}$/, required: false },
   moderator: { kind: 'text', max: 64, required: false },
   priority: { kind: 'list', min: 1, max: 64, required: false },
-  turnTimeout: { kind: 'int', min: 1_000, max: 86_400_000, required: false }
+  turnTimeout: { kind: 'int', min: 1_000, max: 86_400_000, required: false },
+  // repetition filter (spec 10.7), optional
+  repeatWindow: { kind: 'int', required: false, min: 0, max: 1024 },
+  repeatThreshold: { kind: 'int', required: false, min: 1, max: 1000 }
 }
 
 /** Check a roster's `limits` map (spec 3.5, 10) */

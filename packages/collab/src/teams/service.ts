@@ -32,9 +32,11 @@ import { formTeam, invite } from './formation.js'
 import { TEAM_KEY_PREFIX, TeamLog } from './log.js'
 import { defaultMatcher } from './matcher.js'
 import { cidOf, memberOf, newTeamId, parseEntry, parseInvitation, signRecord, verifyRecord } from './records.js'
+import { checkRepetitionOption } from './repetition.js'
 import { Sequencer } from './sequencer.js'
 import { LlmSpeakerPolicy } from './flow/llm.js'
 import type { SpeakerPolicy } from './flow/policy.js'
+import { TeamWatchers } from './watch.js'
 import { TeamRuntime } from './team.js'
 import type {
   Acceptor, FormOptions, RoleFailure, Team, TeamGoalInit, TeamService, TeamServiceComponents, TeamServiceEvent, TeamTree, TeamsInit, TeamsLimits
@@ -90,6 +92,8 @@ class DefaultTeamService implements TeamService, TeamHost {
   /** Speaker policies that are not rules, used while this node sequences (spec 10.4) */
   private readonly policies = new Map<string, SpeakerPolicy>()
   private started = false
+  /** Read-only watchers of the conversations (spec 5.10) */
+  private readonly watchers: TeamWatchers
 
   constructor (components: TeamServiceComponents, init: TeamsInit = {}) {
     this.components = components
@@ -98,9 +102,10 @@ class DefaultTeamService implements TeamService, TeamHost {
     for (const key of Object.keys(TEAM_DEFAULTS)) {
       const v = (init as Record<string, unknown>)[key]
       if (v !== undefined) {
-        if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 2_147_483_647) {
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < (key === 'repeatWindow' ? 0 : 1) || v > 2_147_483_647) {
           throw new InvalidTeamRecordError(`Team option ${key} must be an integer from 1 to 2147483647`)
         }
+        checkRepetitionOption(key, v)
         limits[key] = v
       }
     }
@@ -110,6 +115,12 @@ class DefaultTeamService implements TeamService, TeamHost {
     this.fanout = new EventFanout(this.limits.maxBufferedEvents)
     if (init.llm != null) this.policies.set('llm', new LlmSpeakerPolicy({ logger: components.logger, ...init.llm }))
     for (const [name, policy] of Object.entries(init.policies ?? {})) this.policies.set(name, policy)
+    this.watchers = new TeamWatchers({
+      limits: this.limits,
+      log: this.log,
+      lookup: (id) => this.held.get(id)?.team,
+      isRevoked: this.init.revocations == null ? undefined : async (c, issuers) => await (this.init.revocations as { isRevoked(c: string, i?: readonly Did[]): boolean | Promise<boolean> }).isRevoked(c, issuers)
+    })
   }
 
   // -------------------------------------------------------------------------
@@ -127,6 +138,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     await m.handle(TEAM_PROTOCOL, 'claim', async (p, ctx) => await this.onClaim(p, ctx))
     await m.handle(TEAM_PROTOCOL, 'status', (p, ctx) => this.onStatus(p, ctx))
     await m.handle(TEAM_PROTOCOL, 'tree', async (p, ctx) => await this.onTree(p, ctx))
+    await m.handleStream(TEAM_PROTOCOL, 'watch', (p, ctx) => this.watchers.serve(p, ctx))
     await this.loadStored()
   }
 

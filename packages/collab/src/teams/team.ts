@@ -10,11 +10,13 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { encodeEntry } from './encoded.js'
 import { EventFanout } from './fanout.js'
 import { Flow } from './flow/flow.js'
-import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
+import { InvalidMessageError, InvalidRosterError, NotMemberError, RepeatedError, StaleEpochError, TeamConcludedError } from './errors.js'
+import { RepetitionFilter, repetitionRule } from './repetition.js'
 import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyEncodedRecord, verifyRecord } from './records.js'
 import type { EncodedEntry } from './encoded.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
+import type { RepetitionStats } from './repetition.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { FlowState } from './flow/state.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -63,6 +65,8 @@ export class TeamRuntime implements Team {
   invitation?: Invitation
   /** The conversation's state machine over the log (spec 10) */
   readonly flowControl = new Flow()
+  /** The repetition filter over this log (spec 10.7) */
+  readonly repetition: RepetitionFilter
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -71,6 +75,7 @@ export class TeamRuntime implements Team {
     this.store = store
     this.host = host
     this.fanout = new EventFanout(host.limits.maxBufferedEvents)
+    this.repetition = new RepetitionFilter(store)
   }
 
   get roster (): RosterPayload {
@@ -175,6 +180,8 @@ export class TeamRuntime implements Team {
         this.host.log('team %s: entry %d (%s from %s) refused by the flow - %s', this.id, entry.seq, m.type, m.from, err?.code)
         throw err
       }
+      // the repetition rule (spec 10.7): the sequencer refuses to order a repeat, a member refuses its entry
+      this.repetition.check(entry.msg, repetitionRule(roster.limits), this.sequencing ? 'notOrdered' : 'refused')
     }
     if (!signatureChecked && !await (encoded != null ? verifyEncodedRecord('message', encoded.payload, entry.msg.sig, m.from) : verifyRecord('message', entry.msg, m.from))) {
       throw new InvalidMessageError('Message signature does not verify')
@@ -310,7 +317,23 @@ export class TeamRuntime implements Team {
   async post (type: MessageType, body: Record<string, unknown>, options: PostOptions = {}): Promise<{ seq: number, epoch: number }> {
     if (this.isConcluded) throw new TeamConcludedError()
     const msg = await this.sign(type, body, options.re)
-    return await this.host.post(this, msg, options)
+    let sent = false
+    try {
+      // the sender's side of the repetition filter (spec 10.7): a repeat is not sent
+      if (this.hasRoster) this.repetition.check(msg, repetitionRule(this.roster.limits), 'notSent')
+      sent = true
+      return await this.host.post(this, msg, options)
+    } catch (err) {
+      if (err instanceof RepeatedError) {
+        this.host.log('team %s: %s not %s - %s', this.id, type, sent ? 'ordered' : 'sent', err.message)
+        this.emit({ type: 'repeated', of: err.seq, similarity: err.similarity, messageType: type, bytes: encodedSize(msg), by: sent ? 'sequencer' : 'sender' })
+      }
+      throw err
+    }
+  }
+
+  repetitionStats (): RepetitionStats {
+    return structuredClone(this.repetition.stats)
   }
 
   async say (text: string, options: PostOptions = {}): Promise<{ seq: number, epoch: number }> {

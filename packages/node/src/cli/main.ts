@@ -22,7 +22,8 @@ export interface MainOptions {
 
 /** Commands with subcommands: `ioa key new` */
 const GROUPS: Record<string, string> = {
-  key: 'create and inspect key files'
+  key: 'create and inspect key files',
+  team: 'follow the conversations of teams'
 }
 
 function version (): string {

@@ -11,6 +11,7 @@ import { revokeCommand } from './revoke.js'
 import { startCommand } from './start.js'
 import { submitCommand } from './submit.js'
 import { taskCommand } from './task.js'
+import { teamWatchCommand } from './team.js'
 import type { CommandSpec } from '../args.js'
 
 export const COMMANDS: readonly CommandSpec[] = [
@@ -25,5 +26,6 @@ export const COMMANDS: readonly CommandSpec[] = [
   delegateCommand,
   revokeCommand,
   submitCommand,
-  taskCommand
+  taskCommand,
+  teamWatchCommand
 ]

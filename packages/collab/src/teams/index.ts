@@ -6,7 +6,7 @@ export { createTeamService, teamService, defaultAcceptor } from './service.js'
 export { defaultMatcher } from './matcher.js'
 export { TEAM_PROTOCOL, TEAM_DEFAULTS } from './api.js'
 export type {
-  TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamServiceEvent, TeamTree, FormOptions,
+  TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamAssignmentEvent, TeamServiceEvent, TeamTree, FormOptions,
   RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal, TeamGoalInit
 } from './api.js'
 export type {
@@ -14,3 +14,4 @@ export type {
   TeamMessage, MessagePayload, MessageType, Entry, Checkpoint, CheckpointPayload, Claim, ClaimPayload, ParentRef, Decline, DeclineCode
 } from './records.js'
 export * from './errors.js'
+export * from './assignments/index.js'

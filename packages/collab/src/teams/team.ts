@@ -8,10 +8,12 @@
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
 import { EventFanout } from './fanout.js'
+import { AssignmentTracker } from './assignments/tracker.js'
 import { InvalidMessageError, InvalidRosterError, NotMemberError, StaleEpochError, TeamConcludedError } from './errors.js'
 import { SEQUENCER_TYPES, cidOf, encodedSize, memberOf, newId, parseRoster, signRecord, verifyRecord } from './records.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
+import type { Token } from '../auth/delegation.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { AbortOptions, Logger } from '@libp2p/interface'
@@ -57,6 +59,10 @@ export class TeamRuntime implements Team {
   lastCheckpoint?: Checkpoint
   /** The invitation this member accepted (absent for the convener) */
   invitation?: Invitation
+  /** The convener's own chain (`FormOptions.proofs`, leaf first) while this node runs it; assignments derive from it (spec 10.6) */
+  convenerProofs?: Token[]
+  /** Open and closed assignments, derived from the log (spec 10.6) */
+  readonly assignments = new AssignmentTracker()
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -209,6 +215,7 @@ export class TeamRuntime implements Team {
       this.isConcluded = true
       events.push({ type: 'concluded', seq: entry.seq, summary: m.body.summary as string, outcome: m.body.outcome as string })
     }
+    if (this.currentRoster != null) events.push(...this.assignments.apply(entry, this.currentRoster.payload.convener))
     this.derived[entry.seq] = events
     if (live) {
       for (const e of events) this.emit(e)
@@ -231,6 +238,7 @@ export class TeamRuntime implements Team {
     this.currentEpoch = 0
     this.currentSequencer = undefined
     this.isConcluded = false
+    this.assignments.reset()
     await this.replayStored()
     this.emit({ type: 'truncated', from: seq, count })
     return count

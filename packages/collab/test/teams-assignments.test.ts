@@ -1,0 +1,193 @@
+/**
+ * Assignments as tasks (`spec/teams.md` 10.6) between separate nodes over
+ * TCP on 127.0.0.1: a sync assignment's result posted by the assignee; an
+ * async assignment while the conversation goes on and a pause that resumes
+ * on its results; a silent assignee (a handler that never answers, a node
+ * that stops) reassigned or lapsed; an assigner without the authority and a
+ * task that names no assignment refused.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import pDefer from 'p-defer'
+import { expectErrorCode, until } from '../../../test/util.js'
+import { createTaskService } from '../src/tasks/service.js'
+import { assignmentContext, createAssignmentService } from '../src/teams/index.js'
+import { goal, settled, startTeamPeers } from './teams-fixture.js'
+import type { AssignmentService, AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
+import type { TaskService } from '../src/tasks/service.js'
+import type { TeamPeer } from './teams-fixture.js'
+
+let closers: Array<() => Promise<unknown>> = []
+
+afterEach(async () => {
+  for (const c of closers.reverse()) await c().catch(() => {})
+  closers = []
+})
+
+interface Peer extends TeamPeer {
+  tasks: TaskService
+  assignments: AssignmentService
+}
+
+/** `skills[i]` for peer i (peer 0 convenes); every peer runs a task service and an assignment service */
+async function startPeers (skills: string[][], init: AssignmentsInit = {}): Promise<Peer[]> {
+  const peers = await startTeamPeers(closers, skills.length, i => ({ skills: skills[i], name: `agent-${i}` }))
+  return await Promise.all(peers.map(async p => {
+    const tasks = createTaskService(p.ic, { leaseInterval: 300, requestTimeout: 3_000 })
+    await tasks.start()
+    closers.push(async () => tasks.stop())
+    const assignments = createAssignmentService({ logger: p.ic.node.logger, teams: p.teams, tasks, interconnect: p.ic }, { resultTimeout: 3_000, ...init })
+    closers.push(async () => assignments.stop())
+    return { ...p, tasks, assignments }
+  }))
+}
+
+/** peer 0 convenes a team with one role per other peer, named after its first skill */
+async function form (peers: Peer[]): Promise<Team> {
+  const [convener, ...others] = peers
+  const caps = [...new Set(others.map(p => p.agent.card.card.skills[0].id))]
+  const team = await convener.teams.form(convener.agent.did, goal('move the outdoor event', caps), {
+    roles: others.map((p, i) => ({ role: `r${i}`, capabilities: [p.agent.card.card.skills[0].id], candidates: [p.ref] }))
+  })
+  await settled(peers, team.id, 1)
+  return team
+}
+
+function on (p: Peer, team: Team): Team {
+  return p.teams.team(team.id) as Team
+}
+
+/** Collect a team's assignment events on one member from now on */
+function record (team: Team): { events: TeamAssignmentEvent[], all: TeamEvent[], stop: () => void } {
+  const controller = new AbortController()
+  const events: TeamAssignmentEvent[] = []
+  const all: TeamEvent[] = []
+  void (async () => {
+    for await (const e of team.events({ signal: controller.signal })) {
+      all.push(e)
+      if (e.type === 'assignment') events.push(e)
+    }
+  })().catch(() => {})
+  return { events, all, stop: () => { controller.abort() } }
+}
+
+function entryOf (team: Team, type: string, task: string): { seq: number, from: string, body: Record<string, unknown> } | undefined {
+  const e = team.history().find(x => x.msg.payload.type === type && x.msg.payload.body.task === task)
+  return e == null ? undefined : { seq: e.seq, from: e.msg.payload.from, body: e.msg.payload.body }
+}
+
+describe('team assignments as tasks', () => {
+  it('a sync assignment runs as a task at the assignee, whose node posts progress and the result', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
+    const [convener, weather, venue] = peers
+    await weather.assignments.serve(weather.agent.did, 'weather.forecast', async (input, ctx) => {
+      ctx.progress('looking at the sky')
+      return { forecast: 'rain', city: (input as { city: string }).city, chain: ctx.chain.path.length }
+    })
+    const team = await form(peers)
+    const seen = record(on(venue, team))
+    const a = await convener.assignments.assign(team, { mode: 'sync', assignee: weather.agent.did, skill: 'weather.forecast', input: { city: 'Lyon' } })
+    const outcome = await a.done
+    expect(outcome).toMatchObject({ task: a.task, state: 'completed', assignee: weather.agent.did, output: { forecast: 'rain', city: 'Lyon', chain: 1 } })
+    // the result entry is the assignee's, seen by every member in the same place
+    await settled(peers, team.id, outcome.seq + 1)
+    for (const p of peers) {
+      const r = entryOf(on(p, team), 'result', a.task)
+      expect(r).toMatchObject({ seq: outcome.seq, from: weather.agent.did, body: { state: 'completed' } })
+      expect(entryOf(on(p, team), 'progress', a.task)?.from).toBe(weather.agent.did)
+    }
+    // the assigner's side saw the task end through the task protocol too
+    const snapshot = await convener.tasks.get(weather.agent.did, a.task)
+    expect(snapshot.state).toBe('completed')
+    expect(snapshot.contextId).toBe(assignmentContext(team.id, a.seq))
+    await until(() => seen.events.some(e => e.phase === 'done') ? true : undefined, { timeout: 10_000, what: 'done event' })
+    expect(seen.events.map(e => e.phase)).toEqual(['opened', 'progress', 'done'])
+    seen.stop()
+  })
+
+  it('an async assignment runs while the conversation goes on; pause resumes when the listed tasks end', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
+    const [convener, weather, venue] = peers
+    const gates = { weather: pDefer<void>(), venue: pDefer<void>() }
+    await weather.assignments.serve(weather.agent.did, 'weather.forecast', async () => { await gates.weather.promise; return { forecast: 'storm' } })
+    await venue.assignments.serve(venue.agent.did, 'venue.search', async () => { await gates.venue.promise; return { venue: 'the old hall' } })
+    const team = await form(peers)
+    const w = await convener.assignments.assign(team, { mode: 'async', assignee: weather.agent.did, skill: 'weather.forecast' })
+    const v = await convener.assignments.assign(team, { mode: 'async', assignee: venue.agent.did, skill: 'venue.search' })
+    // the conversation goes on while both tasks run
+    const said = await on(venue, team).say('meanwhile: who brings the tents?')
+    const paused = convener.assignments.pause(team, [w.task, v.task])
+    await until(() => team.history().some(e => e.msg.payload.type === 'pause') ? true : undefined, { timeout: 10_000, what: 'pause entry' })
+    let resumed = false
+    void paused.then(() => { resumed = true })
+    gates.weather.resolve()
+    await until(() => entryOf(team, 'result', w.task), { timeout: 10_000, what: 'weather result' })
+    expect(resumed).toBe(false)
+    gates.venue.resolve()
+    const results = await paused
+    expect(results.map(r => [r.task, r.state, r.assignee])).toEqual([[w.task, 'completed', weather.agent.did], [v.task, 'completed', venue.agent.did]])
+    const pauseSeq = team.history().find(e => e.msg.payload.type === 'pause')?.seq as number
+    expect(said.seq).toBeGreaterThan(v.seq)
+    expect(Math.min(...results.map(r => r.seq))).toBeGreaterThan(pauseSeq)
+  })
+
+  it('a handler that never answers: the task is taken back and reassigned to another member with the skill', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
+    const [convener, stuck, backup] = peers
+    const taken = pDefer<void>()
+    await stuck.assignments.serve(stuck.agent.did, 'weather.forecast', async (_, ctx) => {
+      ctx.signal.addEventListener('abort', () => { taken.resolve() })
+      return await new Promise(() => {}) // never answers, ignores its signal
+    })
+    await backup.assignments.serve(backup.agent.did, 'weather.forecast', () => ({ forecast: 'sun' }))
+    const team = await form(peers)
+    const seen = record(team)
+    const a = await convener.assignments.assign(team, { assignee: stuck.agent.did, skill: 'weather.forecast', candidates: [backup.agent.did], attemptTimeout: 1_500 })
+    const outcome = await a.done
+    expect(outcome).toMatchObject({ state: 'completed', assignee: backup.agent.did, output: { forecast: 'sun' }, assignees: [stuck.agent.did, backup.agent.did] })
+    expect(entryOf(team, 'result', a.task)?.from).toBe(backup.agent.did)
+    await taken.promise // the first assignee's task was canceled
+    expect(seen.events.map(e => `${e.phase}:${e.assignee === stuck.agent.did ? 'stuck' : 'backup'}`)).toEqual(['opened:stuck', 'reassigned:backup', 'done:backup'])
+    seen.stop()
+  })
+
+  it('an assignee whose node stops: its lease lapses, the task is reassigned, and with nobody left it lapses', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
+    const [convener, first, second] = peers
+    const started = [pDefer<void>(), pDefer<void>()]
+    await first.assignments.serve(first.agent.did, 'weather.forecast', async () => { started[0].resolve(); return await new Promise(() => {}) })
+    await second.assignments.serve(second.agent.did, 'weather.forecast', async () => { started[1].resolve(); return await new Promise(() => {}) })
+    const team = await form(peers)
+    const a = await convener.assignments.assign(team, { mode: 'sync', assignee: first.agent.did, skill: 'weather.forecast', candidates: [second.agent.did] })
+    await started[0].promise
+    await first.node.stop()
+    await started[1].promise
+    await second.node.stop()
+    // nobody left with the skill: the assigner closes the task so that the conversation moves on
+    const outcome = await a.done
+    expect(outcome).toMatchObject({ state: 'failed', assignee: second.agent.did, error: { code: 'LEASE_LAPSED', reason: 'LEASE_LAPSED' } })
+    expect(entryOf(team, 'result', a.task)?.from).toBe(convener.agent.did)
+    // and the conversation goes on
+    await team.say('moving on without a forecast')
+  })
+
+  it('an assigner whose team token does not grant the skill posts nothing; a task that names no assignment is refused', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
+    const [convener, weather, venue] = peers
+    let ran = 0
+    await weather.assignments.serve(weather.agent.did, 'weather.forecast', () => { ran++; return { forecast: 'fog' } })
+    const team = await form(peers)
+    const length = team.length
+    // venue's token grants venue.search.* only
+    await expectErrorCode(venue.assignments.assign(on(venue, team), { assignee: weather.agent.did, skill: 'weather.forecast' }), 'ESCALATION')
+    await expectErrorCode(convener.assignments.assign(team, { assignee: convener.ic.agents()[0].did.replace(/.$/, 'x'), skill: 'weather.forecast' }), 'NOT_MEMBER')
+    expect(team.length).toBe(length)
+    // a task that claims to be assignment 0 of the team (the roster entry) is refused by the assignee's node
+    const { delegate } = await import('../src/auth/delegation.js')
+    const token = await delegate(convener.agent.identity, { audience: weather.agent.did, capabilities: [{ skill: 'weather.forecast' }], expiresAt: Date.now() + 60_000 })
+    await expectErrorCode(convener.tasks.submitAndWait(convener.agent.identity, weather.agent.did, {
+      skill: 'weather.forecast', input: {}, proofs: [token], contextId: assignmentContext(team.id, 0)
+    }), 'NOT_ASSIGNED')
+    expect(ran).toBe(0)
+    expect(team.history().some(e => e.msg.payload.type === 'result')).toBe(false)
+  })
+})

@@ -9,12 +9,11 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import pDefer from 'p-defer'
 import { expectErrorCode, until } from '../../../test/util.js'
-import { createTaskService } from '../src/tasks/service.js'
-import { assignmentContext, createAssignmentService } from '../src/teams/index.js'
-import { goal, settled, startTeamPeers } from './teams-fixture.js'
-import type { AssignmentService, AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
-import type { TaskService } from '../src/tasks/service.js'
-import type { TeamPeer } from './teams-fixture.js'
+import { assignmentContext } from '../src/teams/index.js'
+import { startAssignPeers } from './assignments-fixture.js'
+import { goal, settled } from './teams-fixture.js'
+import type { AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
+import type { AssignPeer } from './assignments-fixture.js'
 
 let closers: Array<() => Promise<unknown>> = []
 
@@ -23,22 +22,10 @@ afterEach(async () => {
   closers = []
 })
 
-interface Peer extends TeamPeer {
-  tasks: TaskService
-  assignments: AssignmentService
-}
+type Peer = AssignPeer
 
-/** `skills[i]` for peer i (peer 0 convenes); every peer runs a task service and an assignment service */
 async function startPeers (skills: string[][], init: AssignmentsInit = {}): Promise<Peer[]> {
-  const peers = await startTeamPeers(closers, skills.length, i => ({ skills: skills[i], name: `agent-${i}` }))
-  return await Promise.all(peers.map(async p => {
-    const tasks = createTaskService(p.ic, { leaseInterval: 300, requestTimeout: 3_000 })
-    await tasks.start()
-    closers.push(async () => tasks.stop())
-    const assignments = createAssignmentService({ logger: p.ic.node.logger, teams: p.teams, tasks, interconnect: p.ic }, { resultTimeout: 3_000, ...init })
-    closers.push(async () => assignments.stop())
-    return { ...p, tasks, assignments }
-  }))
+  return await startAssignPeers(closers, skills, { resultTimeout: 3_000, ...init })
 }
 
 /** peer 0 convenes a team with one role per other peer, named after its first skill */

@@ -5,6 +5,8 @@
  */
 export { createAssignmentService } from './service.js'
 export { ASSIGNMENT_DEFAULTS } from './api.js'
+export { teamStep, orchestratedPart } from './bridges.js'
+export type { TeamStepInit, OrchestratedPartInit, StepConclusion } from './bridges.js'
 export { assignmentContext, parseAssignmentContext } from './authority.js'
 export type {
   AssignmentService, AssignmentsInit, AssignmentLimits, AssignmentComponents, AssignOptions, Assignment, AssignmentOutcome, ClosedAssignment

@@ -9,11 +9,14 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import pDefer from 'p-defer'
 import { expectErrorCode, until } from '../../../test/util.js'
+import { delegate } from '../src/auth/delegation.js'
 import { assignmentContext } from '../src/teams/index.js'
 import { startAssignPeers } from './assignments-fixture.js'
 import { goal, settled } from './teams-fixture.js'
+import { createIdentity } from '@ioa/interconnect'
 import type { AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
 import type { AssignPeer } from './assignments-fixture.js'
+import type { TaskServiceInit } from '../src/tasks/service.js'
 
 let closers: Array<() => Promise<unknown>> = []
 
@@ -24,8 +27,8 @@ afterEach(async () => {
 
 type Peer = AssignPeer
 
-async function startPeers (skills: string[][], init: AssignmentsInit = {}): Promise<Peer[]> {
-  return await startAssignPeers(closers, skills, { resultTimeout: 3_000, ...init })
+async function startPeers (skills: string[][], init: AssignmentsInit = {}, taskInit?: (i: number) => TaskServiceInit): Promise<Peer[]> {
+  return await startAssignPeers(closers, skills, { resultTimeout: 3_000, ...init }, taskInit)
 }
 
 /** peer 0 convenes a team with one role per other peer, named after its first skill */
@@ -166,15 +169,33 @@ describe('team assignments as tasks', () => {
     const length = team.length
     // venue's token grants venue.search.* only
     await expectErrorCode(venue.assignments.assign(on(venue, team), { assignee: weather.agent.did, skill: 'weather.forecast' }), 'ESCALATION')
-    await expectErrorCode(convener.assignments.assign(team, { assignee: convener.ic.agents()[0].did.replace(/.$/, 'x'), skill: 'weather.forecast' }), 'NOT_MEMBER')
+    const stranger = await createIdentity()
+    await expectErrorCode(convener.assignments.assign(team, { assignee: stranger.did, skill: 'weather.forecast' }), 'NOT_MEMBER')
     expect(team.length).toBe(length)
     // a task that claims to be assignment 0 of the team (the roster entry) is refused by the assignee's node
-    const { delegate } = await import('../src/auth/delegation.js')
     const token = await delegate(convener.agent.identity, { audience: weather.agent.did, capabilities: [{ skill: 'weather.forecast' }], expiresAt: Date.now() + 60_000 })
     await expectErrorCode(convener.tasks.submitAndWait(convener.agent.identity, weather.agent.did, {
       skill: 'weather.forecast', input: {}, proofs: [token], contextId: assignmentContext(team.id, 0)
     }), 'NOT_ASSIGNED')
     expect(ran).toBe(0)
     expect(team.history().some(e => e.msg.payload.type === 'result')).toBe(false)
+  })
+
+  it('an assignee whose node does not accept the team chain refuses the task: the assignment lapses with the refusal, nothing hangs', async () => {
+    const other = await createIdentity()
+    // the weather node accepts chains rooted at another principal only
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']], {}, i => i === 1 ? { roots: [other.did] } : {})
+    const [convener, weather] = peers
+    let ran = 0
+    await weather.assignments.serve(weather.agent.did, 'weather.forecast', () => { ran++; return {} })
+    const team = await form(peers)
+    const a = await convener.assignments.assign(team, { assignee: weather.agent.did, skill: 'weather.forecast', candidates: [] })
+    const outcome = await a.done
+    expect(outcome.state).toBe('failed')
+    expect(outcome.error?.code).toBe('LEASE_LAPSED')
+    // the executor's refusal of a chain from an unaccepted root, as the reason
+    expect(outcome.error?.reason).toBe('PRINCIPAL_MISMATCH')
+    expect(ran).toBe(0)
+    expect(entryOf(team, 'result', a.task)?.from).toBe(convener.agent.did)
   })
 })

@@ -47,7 +47,7 @@ export const ASSIGNMENT_DEFAULTS: Readonly<AssignmentLimits> = Object.freeze({
 /** The parts of a node the assignment service uses */
 export interface AssignmentComponents {
   logger: ComponentLogger
-  teams: Pick<TeamService, 'team'>
+  teams: Pick<TeamService, 'team' | 'events'>
   tasks: TaskService
   /** Finds the members that hold a skill, for reassignment (their cards, through discovery) */
   interconnect: Pick<Interconnect, 'discoverAll'>

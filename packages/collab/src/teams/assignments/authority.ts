@@ -6,6 +6,7 @@
  */
 import { decodeToken, delegate, skillCovers } from '../../auth/delegation.js'
 import { EscalationError } from '../../errors.js'
+import { NotAssignedError } from '../errors.js'
 import type { Capability, Token } from '../../auth/delegation.js'
 import type { TeamRuntime } from '../team.js'
 import type { Did } from '@ioa/interconnect'
@@ -18,11 +19,15 @@ export function assignmentContext (team: string, seq: number): string {
   return `${PREFIX}${team}:${seq}`
 }
 
-/** The team and `assign` seq a task's `contextId` names, or undefined for a task of no team */
+/**
+ * The team and `assign` seq a task's `contextId` names, or undefined for a
+ * task of no team (no `ioa-team:` prefix); throws `NotAssignedError` for a
+ * malformed one
+ */
 export function parseAssignmentContext (contextId: string | undefined): { team: string, seq: number } | undefined {
   if (contextId == null || !contextId.startsWith(PREFIX)) return undefined
   const m = CONTEXT.exec(contextId)
-  if (m == null) return undefined
+  if (m == null) throw new NotAssignedError(`Malformed team context ${contextId.slice(0, 80)}`)
   return { team: m[1], seq: Number(m[2]) }
 }
 

@@ -116,7 +116,8 @@ export class AssignmentRunner {
     for (let attempt = 0; ; attempt++) {
       const assignee = run.assignees[run.assignees.length - 1]
       const end = await this.attempt(run, assignee, seq, proofs)
-      if (end.kind === 'result' || run.controller.signal.aborted) return
+      // after the team's conclude entry nothing more can be posted
+      if (end.kind === 'result' || run.controller.signal.aborted || run.team.concluded) return
       if (end.kind === 'ended') {
         // the assignee posts its result before its task ends; give the entry time to arrive
         if (await this.awaitResult(run, this.limits.resultTimeout)) return

@@ -51,14 +51,16 @@ export class AssignmentServer {
 
   /** The task must be the assignment of entry `seq` to this agent, by its poster, and still open with this agent */
   private async check (agent: Did, ref: { team: string, seq: number }, ctx: SkillContext): Promise<TeamRuntime> {
-    const team = this.components.teams.team(ref.team) as TeamRuntime | undefined
-    if (team == null || team.agent !== agent) throw new NotAssignedError(`${agent} holds no team ${ref.team} here`)
     const signal = anySignal([ctx.signal, AbortSignal.timeout(this.limits.entryTimeout)])
+    let team: TeamRuntime | undefined
     try {
-      // the task may arrive before the entry that assigns it
+      // the task may arrive before this node has the team's first roster, or the entry that assigns it
+      team = await this.held(ref.team, signal)
+      if (team == null || team.agent !== agent) throw new NotAssignedError(`${agent} holds no team ${ref.team} here`)
       await team.waitFor(ref.seq, { signal })
-    } catch {
-      throw new NotAssignedError(`Entry ${ref.seq} of team ${ref.team} did not arrive within ${this.limits.entryTimeout} ms`)
+    } catch (err) {
+      if (err instanceof NotAssignedError) throw err
+      throw new NotAssignedError(`Team ${ref.team} or its entry ${ref.seq} did not arrive within ${this.limits.entryTimeout} ms`)
     } finally {
       signal.clear()
     }
@@ -70,6 +72,22 @@ export class AssignmentServer {
       throw new NotAssignedError(`Entry ${ref.seq} of team ${ref.team} does not assign task ${ctx.task.id} (${ctx.task.skill}) to ${agent} now`)
     }
     return team
+  }
+
+  /** The team once this node holds it with a roster (undefined when the signal aborts first) */
+  private async held (id: string, signal: AbortSignal): Promise<TeamRuntime | undefined> {
+    const now = this.components.teams.team(id) as TeamRuntime | undefined
+    if (now != null) return now
+    const events = this.components.teams.events({ signal })
+    // subscribed first, then looked again: a team that arrives in between is not missed
+    const next = events.next()
+    const again = this.components.teams.team(id) as TeamRuntime | undefined
+    if (again != null) { void events.return(undefined); return again }
+    for (let e = await next; e.done !== true; e = await events.next()) {
+      const t = this.components.teams.team(id) as TeamRuntime | undefined
+      if (t != null) { void events.return(undefined); return t }
+    }
+    return undefined
   }
 
   private async run (team: TeamRuntime, agent: Did, seq: number, input: unknown, ctx: SkillContext, handler: SkillHandler): Promise<unknown> {

@@ -16,7 +16,8 @@ import { goal, settled } from './teams-fixture.js'
 import { createIdentity } from '@ioa/interconnect'
 import type { AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
 import type { AssignPeer } from './assignments-fixture.js'
-import type { TaskServiceInit } from '../src/tasks/service.js'
+import type { SkillHandler, TaskServiceInit } from '../src/tasks/service.js'
+import type { DeferredPromise } from 'p-defer'
 
 let closers: Array<() => Promise<unknown>> = []
 
@@ -58,6 +59,14 @@ function record (team: Team): { events: TeamAssignmentEvent[], all: TeamEvent[],
     }
   })().catch(() => {})
   return { events, all, stop: () => { controller.abort() } }
+}
+
+/** A handler that tells `started` and then runs until its task is taken back */
+function untilAborted (started: DeferredPromise<void>): SkillHandler {
+  return async (_, ctx) => {
+    started.resolve()
+    return await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => { reject(ctx.signal.reason) }) })
+  }
 }
 
 function entryOf (team: Team, type: string, task: string): { seq: number, from: string, body: Record<string, unknown> } | undefined {
@@ -138,6 +147,44 @@ describe('team assignments as tasks', () => {
     await taken.promise // the first assignee's task was canceled
     expect(seen.events.map(e => `${e.phase}:${e.assignee === stuck.agent.did ? 'stuck' : 'backup'}`)).toEqual(['opened:stuck', 'reassigned:backup', 'done:backup'])
     seen.stop()
+  })
+
+  it('an assignee that leaves the team: its task is reassigned to a member with the skill', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
+    const [convener, leaving, backup] = peers
+    const started = pDefer<void>()
+    await leaving.assignments.serve(leaving.agent.did, 'weather.forecast', untilAborted(started))
+    await backup.assignments.serve(backup.agent.did, 'weather.forecast', () => ({ forecast: 'hail' }))
+    const team = await form(peers)
+    const a = await convener.assignments.assign(team, { mode: 'async', assignee: leaving.agent.did, skill: 'weather.forecast', candidates: [backup.agent.did] })
+    await started.promise
+    await on(leaving, team).leave('called away')
+    const outcome = await a.done
+    expect(outcome).toMatchObject({ state: 'completed', assignee: backup.agent.did, output: { forecast: 'hail' }, assignees: [leaving.agent.did, backup.agent.did] })
+    // the reassignment comes after the roster entry without the leaving member
+    const left = team.history().find(e => e.msg.payload.type === 'roster' && e.seq > a.seq)?.seq as number
+    const reassigned = team.history().filter(e => e.msg.payload.type === 'assign' && e.msg.payload.body.task === a.task).map(e => e.seq)
+    expect(reassigned).toHaveLength(2)
+    expect(reassigned[1]).toBeGreaterThan(left)
+  })
+
+  it('an assigner that is gone: the convener closes its open task with LEASE_LAPSED, and a pause on it ends', async () => {
+    const peers = await startPeers([['team.member'], ['venue.search'], ['venue.search']])
+    const [convener, assigner, assignee] = peers
+    const started = pDefer<void>()
+    await assignee.assignments.serve(assignee.agent.did, 'venue.search', untilAborted(started))
+    const team = await form(peers)
+    convener.assignments.supervise(team)
+    // a member assigns within its own part (venue.search.*)
+    const a = await assigner.assignments.assign(on(assigner, team), { mode: 'async', assignee: assignee.agent.did, skill: 'venue.search' })
+    await started.promise
+    const waiting = convener.assignments.pause(team, [a.task])
+    // the assigner's runner goes away with its member
+    await assigner.assignments.stop()
+    await on(assigner, team).leave('gone')
+    const [outcome] = await waiting
+    expect(outcome).toMatchObject({ task: a.task, state: 'failed', error: { code: 'LEASE_LAPSED', reason: 'ASSIGNER_GONE' } })
+    expect(entryOf(team, 'result', a.task)?.from).toBe(convener.agent.did)
   })
 
   it('an assignee whose node stops: its lease lapses, the task is reassigned, and with nobody left it lapses', async () => {

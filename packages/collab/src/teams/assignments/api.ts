@@ -114,6 +114,12 @@ export interface AssignmentService {
    * with `tasks.serve`)
    */
   serve(agent: Did, skill: string, handler: SkillHandler, options?: ServeOptions): Promise<void>
+  /**
+   * Convener: watch the team's open tasks; one whose assigner is no longer a
+   * member gets the `LEASE_LAPSED` result from the convener after
+   * `resultTimeout` (until the team concludes or the signal aborts)
+   */
+  supervise(team: Team, options?: AbortOptions): void
   /** The task service with `serve` doing the same (give it to an orchestrator to serve sub-goals of teams) */
   readonly tasks: TaskService
   /** Stop the runners (tasks running at assignees are canceled) */

@@ -7,6 +7,7 @@ import { InvalidMessageError, InvalidTeamRecordError, TeamConcludedError, Unknow
 import { ASSIGNMENT_DEFAULTS } from './api.js'
 import { AssignmentRunner, toOutcome } from './runner.js'
 import { AssignmentServer } from './serve.js'
+import { AssignmentSupervisor } from './supervisor.js'
 import type { AssignOptions, Assignment, AssignmentComponents, AssignmentLimits, AssignmentOutcome, AssignmentService, AssignmentsInit } from './api.js'
 import type { Team } from '../api.js'
 import type { TeamRuntime } from '../team.js'
@@ -20,6 +21,7 @@ class DefaultAssignmentService implements AssignmentService {
   private readonly log: Logger
   private readonly runner: AssignmentRunner
   private readonly server: AssignmentServer
+  private readonly supervisor: AssignmentSupervisor
 
   constructor (components: AssignmentComponents, init: AssignmentsInit = {}) {
     const limits: Record<string, number> = { ...ASSIGNMENT_DEFAULTS }
@@ -37,6 +39,7 @@ class DefaultAssignmentService implements AssignmentService {
     this.log = components.logger.forComponent(init.logName ?? 'ioa:collab:teams:assign')
     this.runner = new AssignmentRunner(components, all, this.log)
     this.server = new AssignmentServer(components, all, this.log)
+    this.supervisor = new AssignmentSupervisor(all, this.log)
     const t = components.tasks
     this.tasks = {
       start: async () => { await t.start() },
@@ -103,7 +106,12 @@ class DefaultAssignmentService implements AssignmentService {
     await this.components.tasks.serve(agent, skill, this.server.wrap(agent, handler), options)
   }
 
+  supervise (team: Team, options: AbortOptions = {}): void {
+    this.supervisor.watch(this.runtime(team), options)
+  }
+
   async stop (): Promise<void> {
+    this.supervisor.stop()
     await this.runner.stop()
   }
 }

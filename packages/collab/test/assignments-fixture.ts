@@ -26,3 +26,15 @@ export async function startAssignPeers (closers: Array<() => Promise<unknown>>, 
     return { ...p, tasks, assignments }
   }))
 }
+
+export interface Gate {
+  promise: Promise<void>
+  resolve: () => void
+}
+
+/** A promise to open from outside */
+export function gate (): Gate {
+  let resolve: () => void = () => {}
+  const promise = new Promise<void>(r => { resolve = r })
+  return { promise, resolve }
+}

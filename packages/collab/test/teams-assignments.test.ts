@@ -7,17 +7,15 @@
  * task that names no assignment refused.
  */
 import { afterEach, describe, expect, it } from 'vitest'
-import pDefer from 'p-defer'
 import { expectErrorCode, until } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
 import { assignmentContext } from '../src/teams/index.js'
-import { startAssignPeers } from './assignments-fixture.js'
+import { gate, startAssignPeers } from './assignments-fixture.js'
 import { goal, settled } from './teams-fixture.js'
 import { createIdentity } from '@ioa/interconnect'
 import type { AssignmentsInit, Team, TeamAssignmentEvent, TeamEvent } from '../src/teams/index.js'
-import type { AssignPeer } from './assignments-fixture.js'
+import type { AssignPeer, Gate } from './assignments-fixture.js'
 import type { SkillHandler, TaskServiceInit } from '../src/tasks/service.js'
-import type { DeferredPromise } from 'p-defer'
 
 let closers: Array<() => Promise<unknown>> = []
 
@@ -62,7 +60,7 @@ function record (team: Team): { events: TeamAssignmentEvent[], all: TeamEvent[],
 }
 
 /** A handler that tells `started` and then runs until its task is taken back */
-function untilAborted (started: DeferredPromise<void>): SkillHandler {
+function untilAborted (started: Gate): SkillHandler {
   return async (_, ctx) => {
     started.resolve()
     return await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => { reject(ctx.signal.reason) }) })
@@ -106,7 +104,7 @@ describe('team assignments as tasks', () => {
   it('an async assignment runs while the conversation goes on; pause resumes when the listed tasks end', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
     const [convener, weather, venue] = peers
-    const gates = { weather: pDefer<void>(), venue: pDefer<void>() }
+    const gates = { weather: gate(), venue: gate() }
     await weather.assignments.serve(weather.agent.did, 'weather.forecast', async () => { await gates.weather.promise; return { forecast: 'storm' } })
     await venue.assignments.serve(venue.agent.did, 'venue.search', async () => { await gates.venue.promise; return { venue: 'the old hall' } })
     const team = await form(peers)
@@ -132,7 +130,7 @@ describe('team assignments as tasks', () => {
   it('a handler that never answers: the task is taken back and reassigned to another member with the skill', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
     const [convener, stuck, backup] = peers
-    const taken = pDefer<void>()
+    const taken = gate()
     await stuck.assignments.serve(stuck.agent.did, 'weather.forecast', async (_, ctx) => {
       ctx.signal.addEventListener('abort', () => { taken.resolve() })
       return await new Promise(() => {}) // never answers, ignores its signal
@@ -152,7 +150,7 @@ describe('team assignments as tasks', () => {
   it('an assignee that leaves the team: its task is reassigned to a member with the skill', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
     const [convener, leaving, backup] = peers
-    const started = pDefer<void>()
+    const started = gate()
     await leaving.assignments.serve(leaving.agent.did, 'weather.forecast', untilAborted(started))
     await backup.assignments.serve(backup.agent.did, 'weather.forecast', () => ({ forecast: 'hail' }))
     const team = await form(peers)
@@ -171,7 +169,7 @@ describe('team assignments as tasks', () => {
   it('an assigner that is gone: the convener closes its open task with LEASE_LAPSED, and a pause on it ends', async () => {
     const peers = await startPeers([['team.member'], ['venue.search'], ['venue.search']])
     const [convener, assigner, assignee] = peers
-    const started = pDefer<void>()
+    const started = gate()
     await assignee.assignments.serve(assignee.agent.did, 'venue.search', untilAborted(started))
     const team = await form(peers)
     convener.assignments.supervise(team)
@@ -190,7 +188,7 @@ describe('team assignments as tasks', () => {
   it('an assignee whose node stops: its lease lapses, the task is reassigned, and with nobody left it lapses', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['weather.forecast']])
     const [convener, first, second] = peers
-    const started = [pDefer<void>(), pDefer<void>()]
+    const started = [gate(), gate()]
     await first.assignments.serve(first.agent.did, 'weather.forecast', async () => { started[0].resolve(); return await new Promise(() => {}) })
     await second.assignments.serve(second.agent.did, 'weather.forecast', async () => { started[1].resolve(); return await new Promise(() => {}) })
     const team = await form(peers)

@@ -9,7 +9,7 @@ import { EscalationError } from '../../errors.js'
 import { NotAssignedError } from '../errors.js'
 import type { Capability, Token } from '../../auth/delegation.js'
 import type { TeamRuntime } from '../team.js'
-import type { Did } from '@ioa/interconnect'
+import type { Did, Identity } from '@ioa/interconnect'
 
 const PREFIX = 'ioa-team:'
 const CONTEXT = /^ioa-team:(t[a-z2-7]{26}):(0|[1-9][0-9]{0,14})$/
@@ -39,21 +39,33 @@ export function teamChain (team: TeamRuntime): Token[] {
 }
 
 /**
- * The proofs of an assignment's task: a token from the local member to the
- * assignee for exactly `skill` (with the constraints its own token has for
- * it), valid until `expiresAt` at the latest, followed by the member's
- * team chain. Throws `EscalationError` when the member's chain does not
- * grant the skill (nothing is posted then).
+ * The token `T` of an assignment (spec 10.6): from `issuer` (the assigner)
+ * to `assignee` for exactly `skill`, with the constraints its leaf token has
+ * for it, expiring at `expiresAt` or the chain's earliest `exp`, whichever
+ * is sooner, its `prf` the chain's leaf. Throws `EscalationError` when the
+ * chain does not grant the skill. `nonce` is for test vectors only.
  */
-export async function assignmentProofs (team: TeamRuntime, assignee: Did, skill: string, expiresAt: number, signal?: AbortSignal): Promise<Token[]> {
-  const chain = teamChain(team)
+export async function assignmentToken (issuer: Identity, chain: Token[], assignee: Did, skill: string, expiresAt: number, options: { signal?: AbortSignal, nonce?: string } = {}): Promise<Token> {
   let cap: Capability = { skill }
   if (chain.length > 0) {
     const granted = chain[0].payload.cap.find(c => skillCovers(c.skill, skill))
-    if (granted == null) throw new EscalationError(`The team token of ${team.agent} does not grant ${skill}`)
+    if (granted == null) throw new EscalationError(`The team token of ${issuer.did} does not grant ${skill}`)
     if (granted.constraints != null) cap = { skill, constraints: granted.constraints }
   }
-  const exp = Math.min(expiresAt, team.roster.deadline, ...chain.map(t => t.payload.exp))
-  const token = await delegate(team.identity, { audience: assignee, capabilities: [cap], expiresAt: exp, proofs: chain }, { signal })
+  const exp = Math.min(expiresAt, ...chain.map(t => t.payload.exp))
+  return await delegate(issuer, {
+    audience: assignee, capabilities: [cap], expiresAt: exp, proofs: chain.slice(0, 1), ...(options.nonce != null ? { nonce: options.nonce } : {})
+  }, { signal: options.signal })
+}
+
+/**
+ * The proofs of an assignment's task: `T` (above, valid until the team's
+ * deadline at the latest) followed by the local member's team chain.
+ * Throws `EscalationError` when the chain does not grant the skill
+ * (nothing is posted then).
+ */
+export async function assignmentProofs (team: TeamRuntime, assignee: Did, skill: string, expiresAt: number, signal?: AbortSignal): Promise<Token[]> {
+  const chain = teamChain(team)
+  const token = await assignmentToken(team.identity, chain, assignee, skill, Math.min(expiresAt, team.roster.deadline), { signal })
   return [token, ...chain]
 }

@@ -101,6 +101,26 @@ describe('team assignments as tasks', () => {
     seen.stop()
   })
 
+  it('a member assigns within its part under a delegated chain: the assignee gets the chain root -> convener -> member -> assignee', async () => {
+    const peers = await startPeers([['team.member'], ['venue.search'], ['venue.search']])
+    const [convener, assigner, assignee] = peers
+    const user = await createIdentity()
+    const authority = await delegate(user, { audience: convener.agent.did, capabilities: [{ skill: 'venue.*' }], expiresAt: Date.now() + 3_600_000 })
+    let chain: { root: string, length: number } | undefined
+    await assignee.assignments.serve(assignee.agent.did, 'venue.search', (_, ctx) => {
+      chain = { root: ctx.chain.root, length: ctx.chain.path.length }
+      return { hall: 'the old hall' }
+    })
+    const team = await convener.teams.form(convener.agent.did, goal('move the outdoor event', ['venue.search']), {
+      proofs: [authority],
+      roles: [{ role: 'a', capabilities: ['venue.search'], candidates: [assigner.ref] }, { role: 'b', capabilities: ['venue.search'], candidates: [assignee.ref] }]
+    })
+    await settled(peers, team.id, 1)
+    const a = await assigner.assignments.assign(on(assigner, team), { assignee: assignee.agent.did, skill: 'venue.search' })
+    expect(await a.done).toMatchObject({ state: 'completed', output: { hall: 'the old hall' } })
+    expect(chain).toEqual({ root: user.did, length: 3 })
+  })
+
   it('an async assignment runs while the conversation goes on; pause resumes when the listed tasks end', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
     const [convener, weather, venue] = peers

@@ -121,6 +121,25 @@ describe('team assignments as tasks', () => {
     expect(chain).toEqual({ root: user.did, length: 3 })
   })
 
+  it('open assignments are bounded per assignee: one more is refused TOO_MANY_ASSIGNMENTS and posts nothing', async () => {
+    const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']], { maxOpenPerAssignee: 1 })
+    const [convener, weather, venue] = peers
+    const open = gate()
+    await weather.assignments.serve(weather.agent.did, 'weather.forecast', async () => { await open.promise; return { forecast: 'rain' } })
+    await venue.assignments.serve(venue.agent.did, 'venue.search', () => ({ venue: 'hall' }))
+    const team = await form(peers)
+    const first = await convener.assignments.assign(team, { mode: 'async', assignee: weather.agent.did, skill: 'weather.forecast' })
+    const length = team.length
+    const err = await expectErrorCode(convener.assignments.assign(team, { mode: 'async', assignee: weather.agent.did, skill: 'weather.forecast' }), 'TOO_MANY_ASSIGNMENTS')
+    expect(err.name).toBe('TooManyAssignmentsError')
+    expect(team.length).toBe(length)
+    // another assignee is not held back, and the slot frees when the task ends
+    expect((await (await convener.assignments.assign(team, { mode: 'async', assignee: venue.agent.did, skill: 'venue.search' })).done).state).toBe('completed')
+    open.resolve()
+    await first.done
+    expect((await convener.assignments.assign(team, { mode: 'async', assignee: weather.agent.did, skill: 'weather.forecast' })).task).toBeDefined()
+  })
+
   it('an async assignment runs while the conversation goes on; pause resumes when the listed tasks end', async () => {
     const peers = await startPeers([['team.member'], ['weather.forecast'], ['venue.search']])
     const [convener, weather, venue] = peers

@@ -202,6 +202,29 @@ export type TeamEvent =
   | { type: 'turn', seq: number, turn: number, speaker: Did, policy: string, reason?: string, fallback?: string }
   /** A post of this member was not sent (`by: 'sender'`) or not ordered (`by: 'sequencer'`): it repeats entry `of` (spec 10.7) */
   | { type: 'repeated', of: number, similarity: number, messageType: MessageType, bytes: number, by: 'sender' | 'sequencer' }
+  | TeamAssignmentEvent
+
+/**
+ * An assignment as the log shows it (spec 10.6), derived from `assign`,
+ * `progress` and `result` entries on every member: `opened` (first `assign`
+ * of a task), `reassigned` (an `assign` for an open task by its assigner or
+ * the convener), `progress`, `done` (the assignee's `result`) and `lapsed`
+ * (a `result` with `error.code = 'LEASE_LAPSED'`)
+ */
+export interface TeamAssignmentEvent {
+  type: 'assignment'
+  phase: 'opened' | 'reassigned' | 'progress' | 'done' | 'lapsed'
+  seq: number
+  task: string
+  /** The task's assignee (for `done`/`lapsed`: the one it had) */
+  assignee: Did
+  mode: 'sync' | 'async'
+  /** `progress`, `done`, `lapsed`: the entry's `state` */
+  state?: string
+  text?: string
+  output?: Record<string, unknown>
+  error?: Record<string, unknown>
+}
 
 /** A node-level event of the team service */
 export type TeamServiceEvent =

@@ -261,6 +261,26 @@ export class TooManyWatchersError extends TeamError {
   }
 }
 
+/** An assignee's node refuses a task that names a team assignment the team's log does not give to it (spec 10.6) */
+export class NotAssignedError extends TeamError {
+  static override name = 'NotAssignedError'
+  static code = 'NOT_ASSIGNED'
+  constructor (message = 'No such assignment for this agent', options?: ErrorOptions) {
+    super(NotAssignedError.code, message, options)
+    this.name = NotAssignedError.name
+  }
+}
+
+/** More open assignments than `maxOpenPerTeam` / `maxOpenPerAssignee` (assigner) or `maxServedPerTeam` (assignee) allow (spec 10.6) */
+export class TooManyAssignmentsError extends TeamError {
+  static override name = 'TooManyAssignmentsError'
+  static code = 'TOO_MANY_ASSIGNMENTS'
+  constructor (message = 'Too many open assignments', options?: ErrorOptions) {
+    super(TooManyAssignmentsError.code, message, options)
+    this.name = TooManyAssignmentsError.name
+  }
+}
+
 const BY_CODE = new Map<string, CollabErrorClass>([
   [UnknownTeamError.code, UnknownTeamError],
   [NotMemberError.code, NotMemberError],
@@ -286,7 +306,9 @@ const BY_CODE = new Map<string, CollabErrorClass>([
   [NotYourTurnError.code, NotYourTurnError],
   [MaxTurnsError.code, MaxTurnsError],
   [RepeatedError.code, RepeatedError],
-  [TooManyWatchersError.code, TooManyWatchersError]
+  [TooManyWatchersError.code, TooManyWatchersError],
+  [NotAssignedError.code, NotAssignedError],
+  [TooManyAssignmentsError.code, TooManyAssignmentsError]
 ])
 
 /**

@@ -6,7 +6,7 @@ export { createTeamService, teamService, defaultAcceptor } from './service.js'
 export { defaultMatcher } from './matcher.js'
 export { TEAM_PROTOCOL, TEAM_DEFAULTS } from './api.js'
 export type {
-  TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamServiceEvent, TeamTree, FormOptions,
+  TeamService, TeamServiceComponents, TeamsInit, TeamsLimits, Team, TeamEvent, TeamAssignmentEvent, TeamServiceEvent, TeamTree, FormOptions,
   RoleInit, RoleFailure, PostOptions, Acceptor, InvitationContext, Matcher, TeamGoal, TeamGoalInit, FlowOptions
 } from './api.js'
 export * from './flow/index.js'
@@ -19,3 +19,4 @@ export type { RepetitionStats, RepetitionCount, RepetitionSaved } from './repeti
 export { WATCH_SKILL, watchTeam } from './watch.js'
 export type { WatchItem, WatchTeamInit } from './watch.js'
 export * from './errors.js'
+export * from './assignments/index.js'

@@ -629,7 +629,9 @@ class DefaultTeamService implements TeamService, TeamHost {
       try {
         const roles = options.roles?.map(r => r.candidates == null ? r : { ...r, candidates: r.candidates.filter(c => !tried.has(c.agent)) })
         const formed = await formTeam(this.formationDeps(), identity, id, goal, { ...options, roles })
-        return await this.open(identity, formed.roster, formed.accepted.map(a => a.member.agent))
+        const team = await this.open(identity, formed.roster, formed.accepted.map(a => a.member.agent))
+        team.convenerProofs = options.proofs ?? []
+        return team
       } catch (err: any) {
         last = err
         for (const f of (err?.failures ?? []) as RoleFailure[]) {
@@ -644,7 +646,7 @@ class DefaultTeamService implements TeamService, TeamHost {
   }
 
   /** Open a formed team: entry 0 is its first roster; this node sequences epoch 0 */
-  private async open (identity: Identity, roster: Roster, members: Did[]): Promise<Team> {
+  private async open (identity: Identity, roster: Roster, members: Did[]): Promise<TeamRuntime> {
     const id = roster.payload.team
     const store = new TeamLog(id, this.datastore, this.limits.historyBytes)
     const team = new TeamRuntime(id, identity, store, this)

@@ -9,6 +9,7 @@ import { equals as bytesEqual } from 'uint8arrays/equals'
 import * as dagCbor from '@ipld/dag-cbor'
 import { encodeEntry } from './encoded.js'
 import { EventFanout } from './fanout.js'
+import { AssignmentTracker } from './assignments/tracker.js'
 import { Flow } from './flow/flow.js'
 import { InvalidMessageError, InvalidRosterError, NotMemberError, RepeatedError, StaleEpochError, TeamConcludedError } from './errors.js'
 import { RepetitionFilter, repetitionRule } from './repetition.js'
@@ -17,6 +18,7 @@ import type { EncodedEntry } from './encoded.js'
 import type { FormOptions, PostOptions, Team, TeamEvent, TeamTree, TeamsLimits } from './api.js'
 import type { TeamLog } from './log.js'
 import type { RepetitionStats } from './repetition.js'
+import type { Token } from '../auth/delegation.js'
 import type { Checkpoint, Entry, Invitation, MessagePayload, MessageType, Roster, RosterPayload, TeamGoal, TeamMessage } from './records.js'
 import type { FlowState } from './flow/state.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -67,6 +69,10 @@ export class TeamRuntime implements Team {
   readonly flowControl = new Flow()
   /** The repetition filter over this log (spec 10.7) */
   readonly repetition: RepetitionFilter
+  /** The convener's own chain (`FormOptions.proofs`, leaf first) while this node runs it; assignments derive from it (spec 10.6) */
+  convenerProofs?: Token[]
+  /** Open and closed assignments, derived from the log (spec 10.6) */
+  readonly assignments = new AssignmentTracker()
 
   constructor (id: string, identity: Identity, store: TeamLog, host: TeamHost) {
     this.id = id
@@ -244,6 +250,7 @@ export class TeamRuntime implements Team {
       events.push({ type: 'concluded', seq: entry.seq, summary: m.body.summary as string, outcome: m.body.outcome as string })
     }
     events.push(...this.flowControl.apply(entry, (this.currentRoster as Roster).payload))
+    if (this.currentRoster != null) events.push(...this.assignments.apply(entry, this.currentRoster.payload.convener))
     this.derived[entry.seq] = events
     if (live) {
       for (const e of events) this.emit(e)
@@ -267,6 +274,7 @@ export class TeamRuntime implements Team {
     this.currentSequencer = undefined
     this.isConcluded = false
     this.flowControl.reset()
+    this.assignments.reset()
     await this.replayStored()
     this.emit({ type: 'truncated', from: seq, count })
     return count

@@ -29,7 +29,8 @@ const running: ExternalAgent[] = []
 const extraNodes: IoaNode[] = []
 
 beforeAll(async () => {
-  conv = await createIoaNode({ listen: LISTEN })
+  // teams it convenes let a member post 1,000 messages a second (the slow reader's test fills pipes quickly)
+  conv = await createIoaNode({ listen: LISTEN, teams: { rate: 1_000, burst: 1_000 } })
   host = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]] })
   other = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]] })
   organiser = await conv.host({ key: 'organiser', name: 'Organiser', skills: [{ id: 'event.plan' }] })
@@ -169,20 +170,33 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(plain.result).toEqual({ booked: {}, team: null })
   }, 90_000)
 
-  it('loses nothing and repeats nothing when the program reads slowly (the node does not queue for it)', async () => {
+  it('loses nothing and repeats nothing when the program reads slowly (the node does not queue for it), and still tells a task its team', async () => {
     // a node whose events() readers overflow soon, so that the re-read from the log is exercised
     const slowHost = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]], teams: { maxBufferedEvents: 4 } })
     extraNodes.push(slowHost)
-    const venue = await startProgram(slowHost, { options: { slowMs: 4_000 }, maxTeamBacklogBytes: 1_024 })
+    const venue = await startProgram(slowHost, { maxTeamBacklogBytes: 1_024 })
+    const did = venue.ext.agent.did
+    await slowHost.interconnect.announced()
+    await until(async () => await conv.interconnect.resolve(did, { cache: false, timeout: 5_000 }).then(() => true, () => undefined), { timeout: 30_000, interval: 200, what: 'the program agent resolves' })
     const team = await formWith(venue, 'a long discussion', false, slowHost)
-    // 18 messages of 6,000 characters: more than the program's pipe holds while it does not read
-    for (let i = 0; i < 18; i++) await team.say(`${i} ${'x'.repeat(6_000)}`)
-    await until(() => of(venue, 'reading')[0], { timeout: 20_000, what: 'the program reads again' })
+    await team.say('sleep 8000')
+    await until(() => of(venue, 'team-message', team.id).find(m => m.body.text === 'sleep 8000'), { timeout: 20_000, what: 'the program stops reading' })
+    // 100 messages of 8,000 characters: more than the socket pair and the program's own input buffer hold while it does not read
+    for (let i = 0; i < 100; i++) await team.say(`${i} ${'x'.repeat(8_000)}`)
+    // an assignment while the program is behind: its task still names the assign entry
+    const taskId = `slow-${Date.now()}`
+    const assign = await team.post('assign', { mode: 'sync', task: taskId, assignee: did, skill: 'venue.booking' })
+    // the program's node holds the entry (written to the program or not)
+    await (slowHost.teams.team(team.id) as Team).waitFor(assign.seq)
+    expect(of(venue, 'team-message', team.id).length).toBeLessThan(assign.seq)
+    const token = await conv.delegate(organiser, { audience: did, capabilities: [{ skill: 'venue.booking' }], expiresAt: Date.now() + 300_000 })
+    const done = await conv.tasks.submitAndWait(organiser.identity, did, { skill: 'venue.booking', input: {}, proofs: [token], taskId })
+    expect(done.result).toEqual({ booked: {}, team: { id: team.id, seq: assign.seq, mode: 'sync', assigner: organiser.did } })
+
     await until(() => of(venue, 'team-message', team.id).length >= team.length || undefined, { timeout: 30_000, what: 'every entry reaches the program' })
-    await new Promise(resolve => setTimeout(resolve, 500))
     const got = of(venue, 'team-message', team.id)
     expect(got.map(m => m.seq)).toEqual(team.history().map(e => e.seq))
-    expect(got.filter(m => m.kind === 'discuss').map(m => Number(m.body.text.split(' ')[0]))).toEqual([...Array(18).keys()])
+    expect(got.filter(m => m.kind === 'discuss' && m.body.text !== 'sleep 8000').map(m => Number(m.body.text.split(' ')[0]))).toEqual([...Array(100).keys()])
   }, 90_000)
 })
 

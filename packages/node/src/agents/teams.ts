@@ -108,9 +108,25 @@ export class TeamBridge {
     this.followed.clear()
   }
 
-  /** The team context of a task, when its `assign` entry is held */
+  /**
+   * The team context of a task, when its `assign` entry is held: from the
+   * entries written to the program, else from the last RECENT_ASSIGNS
+   * entries of the agent's teams (the program may be behind its teams)
+   */
   taskTeam (task: string): TaskTeam | undefined {
-    return this.assigns.get(task)
+    const known = this.assigns.get(task)
+    if (known != null || this.node.teams == null) return known
+    for (const team of this.node.teams.teams()) {
+      if (team.agent !== this.parent.did) continue
+      const recent = team.history(Math.max(0, team.length - RECENT_ASSIGNS))
+      for (let i = recent.length - 1; i >= 0; i--) {
+        const p = recent[i].msg.payload
+        if (p.type === 'assign' && p.body.task === task && p.body.assignee === this.parent.did) {
+          return { id: team.id, seq: recent[i].seq, mode: String(p.body.mode), assigner: p.from }
+        }
+      }
+    }
+    return undefined
   }
 
   // ---- invitations -------------------------------------------------------------

@@ -152,6 +152,19 @@ describe('external agents in teams (ioa-agent/2)', () => {
     await until(() => team.history().filter(e => e.msg.payload.from === venue.ext.agent.did).length >= 2 || undefined, { timeout: 20_000, what: 'the posts ordered' })
   }, 60_000)
 
+  it('tells the program of an entry too large for a line: it comes without its body, with its size', async () => {
+    const venue = await startProgram(host, { maxLineBytes: 4_096 })
+    const team = await formWith(venue, 'long speeches')
+    const long = await team.say('z'.repeat(6_000))
+    await team.say('short')
+    await until(() => of(venue, 'team-message', team.id).length >= 3 || undefined, { timeout: 20_000, what: 'three entries' })
+    const [, cut, short] = of(venue, 'team-message', team.id)
+    expect(cut).toMatchObject({ seq: long.seq, kind: 'discuss', from: organiser.did, body: null })
+    expect(cut.cut).toBeGreaterThan(6_000)
+    expect(short).toMatchObject({ seq: long.seq + 1, body: { text: 'short' } })
+    expect(venue.logs.some(l => l.includes('exceeds maxLineBytes (4096)'))).toBe(true)
+  }, 60_000)
+
   it('gets an assignment as a task whose team field names the assign entry', async () => {
     const venue = await startProgram(host)
     const did = venue.ext.agent.did

@@ -488,6 +488,8 @@ export class ExternalAgentProcess implements ExternalAgent {
       if (strict) throw err
       this.log(err.message)
       if (msg.type === 'call-result') this.send({ type: 'call-error', id: msg.id, code: err.code, message: err.message })
+      // ioa-agent/2: the program learns of an entry too large for a line (spec 16.3)
+      if (msg.type === 'team-message') this.send({ ...msg, body: null, cut: size })
       return
     }
     if (this.child.stdin.writableLength + size > this.limits.maxPendingWriteBytes) {

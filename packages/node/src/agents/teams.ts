@@ -281,17 +281,26 @@ export class TeamBridge {
       return
     }
     this.posts++
+    void this.run(id, post).finally(() => { this.posts-- })
+  }
+
+  /** Sign and post (or leave), then answer `team-posted` or `team-post-error`; never rejects */
+  private async run (id: string, post: { team: Team, kind: string, body: Record<string, unknown>, re?: number }): Promise<void> {
+    const { team } = post
     const signal = AbortSignal.any([this.parent.lifetime, AbortSignal.timeout(this.limits.postTimeout)])
-    const done = post.kind === 'leave'
-      ? post.team.leave(typeof post.body.reason === 'string' ? post.body.reason : undefined, { signal }).then(() => ({ seq: -1, epoch: post.team.epoch }))
-      : post.team.post(post.kind as MessageType, post.body, { signal, ...(post.re != null ? { re: post.re } : {}) })
-    done.then(({ seq, epoch }) => {
-      this.parent.send({ type: 'team-posted', id, team: post.team.id, ...(seq >= 0 ? { seq } : {}), epoch })
-    }, (err: unknown) => {
-      const code = signal.aborted && this.parent.lifetime.aborted ? 'AGENT_EXITED' : signal.aborted ? 'TIMEOUT' : errorCode(err, 'POST_FAILED')
-      this.log('team %s: post %s of %s failed: %s', post.team.id, id, this.parent.did, errorMessage(err))
-      fail(code, errorMessage(err))
-    }).finally(() => { this.posts-- })
+    try {
+      if (post.kind === 'leave') {
+        await team.leave(typeof post.body.reason === 'string' ? post.body.reason : undefined, { signal })
+        this.parent.send({ type: 'team-posted', id, team: team.id, epoch: team.epoch })
+        return
+      }
+      const { seq, epoch } = await team.post(post.kind as MessageType, post.body, { signal, ...(post.re != null ? { re: post.re } : {}) })
+      this.parent.send({ type: 'team-posted', id, team: team.id, seq, epoch })
+    } catch (err) {
+      const code = signal.aborted ? (this.parent.lifetime.aborted ? 'AGENT_EXITED' : 'TIMEOUT') : errorCode(err, 'POST_FAILED')
+      this.log('team %s: post %s of %s failed: %s', team.id, id, this.parent.did, errorMessage(err))
+      this.parent.send({ type: 'team-post-error', id, team: team.id, code, message: errorMessage(err) })
+    }
   }
 
   /** The post's team, kind and body; throws PostError */

@@ -135,6 +135,14 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(host.teams.teams().filter(t => t.agent === venue.ext.agent.did)).toEqual([])
   }, 60_000)
 
+  it('accepts an unanswered invitation when inviteDefault is accept; a bad inviteDefault is a TypeError', async () => {
+    await expectErrorName(startExternalAgent(host, { command: [process.execPath, TEAM_AGENT], card: { key: 'bad-default', name: 'Bad', skills: [] }, inviteDefault: 'maybe' as any }), 'TypeError')
+    const venue = await startProgram(host, { inviteDefault: 'accept', inviteAnswerTimeout: 300 })
+    const team = await formWith(venue, 'a silent but willing venue')
+    expect(team.roster.members.map(m => m.agent)).toContain(venue.ext.agent.did)
+    await until(() => of(venue, 'team-message', team.id)[0], { timeout: 20_000, what: 'the roster reaches the program' })
+  }, 60_000)
+
   it('answers posts that fail with typed errors, and bounds the posts in flight', async () => {
     const venue = await startProgram(host, { maxConcurrentPosts: 2 })
     const team = await formWith(venue, 'test the posts')

@@ -78,7 +78,6 @@ export class TeamBridge {
     this.parent = parent
     this.limits = limits
     this.inviteDefault = inviteDefault ?? 'decline'
-    if (this.inviteDefault !== 'accept' && this.inviteDefault !== 'decline') throw new TypeError('inviteDefault must be "accept" or "decline"')
     this.log = log
   }
 

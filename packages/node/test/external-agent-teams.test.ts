@@ -32,7 +32,8 @@ beforeAll(async () => {
   // teams it convenes let a member post 1,000 messages a second (the slow reader's test fills pipes quickly)
   conv = await createIoaNode({ listen: LISTEN, teams: { rate: 1_000, burst: 1_000 } })
   host = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]] })
-  other = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]] })
+  // connected to both: the program's agent may convene a team with the weather agent
+  other = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0], host.addresses()[0]] })
   organiser = await conv.host({ key: 'organiser', name: 'Organiser', skills: [{ id: 'event.plan' }] })
   weather = await other.host({ key: 'weather', name: 'Weather', skills: [{ id: 'weather.forecast' }] })
 }, 60_000)
@@ -159,6 +160,24 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(of(venue, 'team-post-error').filter(e => e.code === 'TOO_MANY_POSTS').map(e => e.id).sort()).toEqual(['b6', 'b7'])
     await until(() => team.history().filter(e => e.msg.payload.from === venue.ext.agent.did).length >= 2 || undefined, { timeout: 20_000, what: 'the posts ordered' })
   }, 60_000)
+
+  it('forms a team as convener with team-form; a formation that fails comes back with its failures', async () => {
+    const goal = { text: 'find a forecast for the concert', capabilities: ['weather.forecast'] }
+    const roles = [{ role: 'weather', capabilities: ['weather.forecast'], candidates: [ref(other, weather)] }]
+    const venue = await startProgram(host, { options: { form: { goal, roles } } })
+    const formed = await until(() => of(venue, 'team-formed')[0], { timeout: 30_000, what: 'team-formed' })
+    const member = await until(() => other.teams.team(formed.team), { timeout: 20_000, what: 'the weather node holds the team' })
+    expect(member.roster.convener).toBe(venue.ext.agent.did)
+    await member.say('sunny until 17:00')
+    await until(() => of(venue, 'team-message', formed.team).find(m => m.body?.text === 'sunny until 17:00'), { timeout: 20_000, what: 'the member\'s message reaches the convening program' })
+
+    // a role whose only candidate is not there: FORMATION_FAILED with the role's failures
+    const nobody = { agent: organiser.did, peer: host.transport.peerId.toString() }
+    const failing = await startProgram(host, { options: { form: { goal, roles: [{ role: 'weather', capabilities: ['weather.forecast'], candidates: [nobody] }] } } })
+    const err = await until(() => of(failing, 'team-form-error')[0], { timeout: 30_000, what: 'team-form-error' })
+    expect(err).toMatchObject({ id: 'f1', code: 'FORMATION_FAILED', failures: [{ role: 'weather', tried: [{ agent: organiser.did, outcome: 'failed' }] }] })
+    expect(failing.ext.protocolErrors).toBe(0)
+  }, 90_000)
 
   it('tells the program of an entry too large for a line: it comes without its body, with its size', async () => {
     const venue = await startProgram(host, { maxLineBytes: 4_096 })

@@ -20,7 +20,8 @@ export const EXTERNAL_AGENT_DEFAULTS = Object.freeze({
   maxConcurrentPosts: 8,
   postTimeout: 30_000,
   maxTeamBacklogBytes: 1_048_576,
-  maxTeams: 16
+  maxTeams: 16,
+  formTimeout: 60_000
 })
 
 /** Every limit, set */

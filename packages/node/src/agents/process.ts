@@ -344,9 +344,9 @@ export class ExternalAgentProcess implements ExternalAgent {
       }
       case 'team-answer':
       case 'team-post':
+      case 'team-form':
         if (this.teams == null) throw new AgentProtocolError(`${msg.type} is a message of ${AGENT_PROTOCOL_V2}`)
-        if (msg.type === 'team-answer') this.teams.onAnswer(msg)
-        else this.teams.onPost(msg)
+        this.teams.onMessage(msg)
         return
       case 'hello':
         throw new AgentProtocolError('A second hello')

@@ -4,15 +4,16 @@
  * wait, a default decision), follows the conversation of every team its
  * agent is a member of (`team-message`, in log order, with backpressure
  * instead of an unbounded queue) and posts to it (`team-post`, answered
- * `team-posted` or `team-post-error`). Assignments stay tasks: `taskTeam`
- * names the `assign` entry of a task, for the `task` message's `team` field.
+ * `team-posted` or `team-post-error`), and may convene one (`team-form`).
+ * Assignments stay tasks: `taskTeam` names the `assign` entry of a task,
+ * for the `task` message's `team` field.
  */
 import { EventsOverflowError } from '@ioa/collab'
 import { AgentProtocolError } from '../errors.js'
 import { MAX_ID, errorCode, errorMessage, isObject } from './protocol.js'
 import type { Limits } from './limits.js'
 import type { ExternalAgentComponents } from './types.js'
-import type { Decline, DeclineCode, InvitationContext, MessageType, Team, TeamEvent } from '@ioa/collab'
+import type { Decline, DeclineCode, InvitationContext, MessageType, RoleInit, Team, TeamEvent, TeamGoalInit } from '@ioa/collab'
 import type { Did } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 import type { Writable } from 'node:stream'
@@ -28,6 +29,8 @@ const KIND = /^[a-z][a-z-]{0,15}$/
 const RECENT_INVITES = 256
 /** How often a paused conversation looks at the program's backlog again when no `drain` comes, ms */
 const BACKLOG_POLL = 50
+/** Most roles of a team-form (spec/teams.md 9: members per team) */
+const MAX_ROLES = 16
 /** `assign` entries remembered per program (task id -> its team context) */
 const RECENT_ASSIGNS = 1_024
 
@@ -128,6 +131,13 @@ export class TeamBridge {
     return undefined
   }
 
+  /** A `team-answer`, `team-post` or `team-form` of the program; throws AgentProtocolError for a malformed one */
+  onMessage (msg: Record<string, unknown>): void {
+    if (msg.type === 'team-answer') this.onAnswer(msg)
+    else if (msg.type === 'team-post') this.onPost(msg)
+    else this.onForm(msg)
+  }
+
   // ---- invitations -------------------------------------------------------------
 
   private async ask (ctx: InvitationContext): Promise<{ accept: true } | { accept: false, decline: Decline }> {
@@ -171,7 +181,7 @@ export class TeamBridge {
   }
 
   /** A `team-answer`: throws AgentProtocolError for a malformed one */
-  onAnswer (msg: Record<string, unknown>): void {
+  private onAnswer (msg: Record<string, unknown>): void {
     const { id, accept, code, reason } = msg
     if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID) throw new AgentProtocolError('team-answer.id must be an invitation id')
     if (typeof accept !== 'boolean') throw new AgentProtocolError('team-answer.accept must be a boolean')
@@ -265,7 +275,7 @@ export class TeamBridge {
   // ---- the conversation, out ------------------------------------------------------
 
   /** A `team-post`: answered `team-posted` or `team-post-error`; throws AgentProtocolError when it has no valid id */
-  onPost (msg: Record<string, unknown>): void {
+  private onPost (msg: Record<string, unknown>): void {
     const { id } = msg
     if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID) throw new AgentProtocolError('team-post.id must be a string of 1-128 characters')
     const fail = (code: string, message: string): void => {
@@ -283,6 +293,36 @@ export class TeamBridge {
     void this.run(id, post).finally(() => { this.posts-- })
   }
 
+  /** A `team-form`: answered `team-formed` or `team-form-error`; throws AgentProtocolError when it has no valid id or is malformed */
+  private onForm (msg: Record<string, unknown>): void {
+    const { id, goal, roles } = msg
+    if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID) throw new AgentProtocolError('team-form.id must be a string of 1-128 characters')
+    const fail = (code: string, message: string, extra: Record<string, unknown> = {}): void => {
+      this.parent.send({ type: 'team-form-error', id, code, message, ...extra })
+    }
+    if (!isObject(goal) || (roles != null && (!Array.isArray(roles) || roles.length === 0 || roles.length > MAX_ROLES || !roles.every(isObject)))) {
+      fail('INVALID_FORM', `team-form needs a goal object and at most ${MAX_ROLES} roles`)
+      throw new AgentProtocolError(`team-form ${id}: needs a goal object and at most ${MAX_ROLES} roles`)
+    }
+    const teams = this.node.teams
+    if (teams == null) { fail('TEAMS_UNAVAILABLE', 'This node has no team service'); return }
+    if (this.posts >= this.limits.maxConcurrentPosts) { fail('TOO_MANY_POSTS', `${this.limits.maxConcurrentPosts} posts are in flight`); return }
+    if (this.followed.size >= this.limits.maxTeams) { fail('TOO_MANY_TEAMS', `The agent program follows ${this.limits.maxTeams} teams already`); return }
+    this.posts++
+    const signal = AbortSignal.any([this.parent.lifetime, AbortSignal.timeout(this.limits.formTimeout)])
+    void (async () => {
+      try {
+        const team = await teams.form(this.parent.did, goal as unknown as TeamGoalInit, { signal, ...(roles != null ? { roles: roles as unknown as RoleInit[] } : {}) })
+        this.parent.send({ type: 'team-formed', id, team: team.id })
+        this.follow(team)
+      } catch (err: any) {
+        const code = this.failureCode(signal, err, 'FORMATION_FAILED')
+        this.log('team-form %s of %s failed: %s', id, this.parent.did, errorMessage(err))
+        fail(code, errorMessage(err), Array.isArray(err?.failures) ? { failures: err.failures } : {})
+      }
+    })().finally(() => { this.posts-- })
+  }
+
   /** Sign and post (or leave), then answer `team-posted` or `team-post-error`; never rejects */
   private async run (id: string, post: { team: Team, kind: string, body: Record<string, unknown>, re?: number }): Promise<void> {
     const { team } = post
@@ -296,7 +336,7 @@ export class TeamBridge {
       const { seq, epoch } = await team.post(post.kind as MessageType, post.body, { signal, ...(post.re != null ? { re: post.re } : {}) })
       this.parent.send({ type: 'team-posted', id, team: team.id, seq, epoch })
     } catch (err) {
-      const code = signal.aborted ? (this.parent.lifetime.aborted ? 'AGENT_EXITED' : 'TIMEOUT') : errorCode(err, 'POST_FAILED')
+      const code = this.failureCode(signal, err, 'POST_FAILED')
       this.log('team %s: post %s of %s failed: %s', team.id, id, this.parent.did, errorMessage(err))
       this.parent.send({ type: 'team-post-error', id, team: team.id, code, message: errorMessage(err) })
     }
@@ -331,6 +371,12 @@ export class TeamBridge {
       input.once('drain', done)
       signal.addEventListener('abort', done, { once: true })
     })
+  }
+
+  /** The code of a failed team request: the agent stopped, its time ran out, or the error's own */
+  private failureCode (signal: AbortSignal, err: unknown, fallback: string): string {
+    if (!signal.aborted) return errorCode(err, fallback)
+    return this.parent.lifetime.aborted ? 'AGENT_EXITED' : 'TIMEOUT'
   }
 
   private remember (set: Set<string>, id: string, max: number): void {

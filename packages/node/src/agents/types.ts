@@ -14,7 +14,7 @@ export interface ExternalAgentComponents extends Pick<IoaNode, 'host' | 'serve' 
   readonly tasks: Pick<TaskService, 'submitAndWait' | 'cancel' | 'unserve'>
   readonly interconnect: Pick<Interconnect, 'unhost'>
   /** Teams, for programs that speak `ioa-agent/2` (without it, they get no invitations and their posts fail with TEAMS_UNAVAILABLE) */
-  readonly teams?: Pick<TeamService, 'events' | 'teams' | 'acceptFor'>
+  readonly teams?: Pick<TeamService, 'events' | 'teams' | 'acceptFor' | 'form'>
 }
 
 export interface ExternalAgentInit {
@@ -61,7 +61,7 @@ export interface ExternalAgentInit {
   inviteDefault?: 'accept' | 'decline'
   /** ioa-agent/2: invitations waiting for the program's answer at once; more are declined BUSY at once @default 8 */
   maxPendingInvites?: number
-  /** ioa-agent/2: `team-post`s in flight at once; more are answered TOO_MANY_POSTS @default 8 */
+  /** ioa-agent/2: `team-post`s and `team-form`s in flight at once; more are answered TOO_MANY_POSTS @default 8 */
   maxConcurrentPosts?: number
   /** ioa-agent/2: longest `team-post` (signing, ordering by the sequencer), ms @default 30_000 */
   postTimeout?: number
@@ -73,6 +73,8 @@ export interface ExternalAgentInit {
   maxTeamBacklogBytes?: number
   /** ioa-agent/2: teams whose conversation the program follows at once; invitations beyond are declined BUSY @default 16 */
   maxTeams?: number
+  /** ioa-agent/2: longest `team-form` (discovery and invitations), ms @default 60_000 */
+  formTimeout?: number
 }
 
 export interface ExternalAgent {

@@ -22,8 +22,8 @@ import type { Writable } from 'node:stream'
 const DECLINE_CODES: readonly DeclineCode[] = ['BUSY', 'NOT_CAPABLE', 'DEADLINE', 'POLICY', 'OTHER']
 /** Longest decline reason (spec/teams.md 3.3) */
 const MAX_REASON = 256
-/** Kinds a program cannot post: only the sequencer appends them, or they carry records only the node's team API signs */
-const NOT_POSTABLE = new Set(['roster', 'epoch', 'vote-result', 'admit', 'subteam'])
+/** Kinds a program cannot post: only the sequencer appends them (`turn`: spec/teams.md 10.4), or they carry records only the node's team API signs */
+const NOT_POSTABLE = new Set(['roster', 'epoch', 'vote-result', 'turn', 'admit', 'subteam'])
 const KIND = /^[a-z][a-z-]{0,15}$/
 /** Invitation ids answered or timed out, remembered so that a late answer is ignored, not an error */
 const RECENT_INVITES = 256

@@ -121,6 +121,12 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(got[0]).toMatchObject({ kind: 'roster', body: { version: 1 } })
     expect(got.at(-1)).toMatchObject({ kind: 'discuss', from: weather.did, body: { text: 'rain from 18:00' } })
     expect(venue.ext.protocolErrors).toBe(0)
+
+    // the convener concludes: the conclude entry, then team-ended
+    await team.conclude('the concert moves to hall B')
+    const ended = await until(() => of(venue, 'team-ended', team.id)[0], { timeout: 20_000, what: 'team-ended' })
+    expect(ended).toMatchObject({ reason: 'concluded', next: team.length })
+    expect(of(venue, 'team-message', team.id).at(-1)).toMatchObject({ kind: 'conclude', body: { summary: 'the concert moves to hall B' } })
   }, 90_000)
 
   it('declines an invitation with a reason that the convener sees; no answer in time declines BUSY', async () => {
@@ -159,6 +165,14 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(of(venue, 'team-posted').map(p => p.id).sort()).toEqual(['b4', 'b5'])
     expect(of(venue, 'team-post-error').filter(e => e.code === 'TOO_MANY_POSTS').map(e => e.id).sort()).toEqual(['b6', 'b7'])
     await until(() => team.history().filter(e => e.msg.payload.from === venue.ext.agent.did).length >= 2 || undefined, { timeout: 20_000, what: 'the posts ordered' })
+
+    // it leaves: answered team-posted (no seq), the roster drops it, and the program is told the team ended for it
+    await team.say('leave')
+    const left = await until(() => of(venue, 'team-ended', team.id)[0], { timeout: 20_000, what: 'team-ended' })
+    expect(left.reason).toBe('left')
+    expect(of(venue, 'team-posted').find(p => p.id === 'l8')).toMatchObject({ team: team.id, epoch: 0 })
+    await until(() => team.roster.members.every(m => m.agent !== venue.ext.agent.did) || undefined, { timeout: 20_000, what: 'the roster without the program' })
+    expect(left.next).toBe(team.history().findIndex(e => e.msg.payload.type === 'roster' && e.seq > 0) + 1)
   }, 60_000)
 
   it('forms a team as convener with team-form; a formation that fails comes back with its failures', async () => {

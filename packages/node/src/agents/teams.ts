@@ -228,6 +228,11 @@ export class TeamBridge {
           if (signal.aborted) return
           next = this.deliver(team, ev, next)
           sent = true
+          // the conversation is over for the agent: nothing more comes (spec 16.3)
+          if (ev.type === 'concluded' || (ev.type === 'left' && ev.agent === this.parent.did)) {
+            this.parent.send({ type: 'team-ended', team: team.id, next, reason: ev.type })
+            return
+          }
         }
       } catch (err: any) {
         if (signal.aborted) return
@@ -236,8 +241,8 @@ export class TeamBridge {
         continue
       }
       if (signal.aborted) return
-      // the team is closed on this node (left, removed, retired, the node stops)
-      if (sent) this.parent.send({ type: 'team-ended', team: team.id, next })
+      // the team is closed on this node (dropped, or the team service stops)
+      if (sent) this.parent.send({ type: 'team-ended', team: team.id, next, reason: 'closed' })
       return
     }
   }

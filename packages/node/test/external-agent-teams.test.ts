@@ -36,7 +36,15 @@ beforeAll(async () => {
   other = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0], host.addresses()[0]] })
   organiser = await conv.host({ key: 'organiser', name: 'Organiser', skills: [{ id: 'event.plan' }] })
   weather = await other.host({ key: 'weather', name: 'Weather', skills: [{ id: 'weather.forecast' }] })
+  // invitations dial members by peer id: wait until the bootstrap connections are up
+  await connected(conv, host)
+  await connected(conv, other)
+  await connected(host, other)
 }, 60_000)
+
+async function connected (a: IoaNode, b: IoaNode): Promise<void> {
+  await until(() => a.transport.getConnections(b.transport.peerId).length > 0 || undefined, { timeout: 20_000, what: 'the nodes are connected' })
+}
 
 afterEach(async () => {
   for (const e of running.splice(0)) await e.stop().catch(() => {})
@@ -138,7 +146,15 @@ describe('external agents in teams (ioa-agent/2)', () => {
     expect(silent.failures[0].tried[0]).toMatchObject({ outcome: 'declined', code: 'BUSY' })
     expect(silent.failures[0].tried[0].reason).toContain('did not answer within 1000 ms')
     expect(venue.logs.some(l => l.includes('no team-answer within 1000 ms'))).toBe(true)
-    expect(of(venue, 'team-invite').length).toBe(2)
+    expect(venue.ext.protocolErrors).toBe(0)
+
+    // a malformed answer and one for an invitation never sent are protocol errors; the invitation waits for its timeout
+    const garbled = await expectErrorName(formWith(venue, 'a garbled answer'), 'TeamFormationError')
+    expect(garbled.failures[0].tried[0]).toMatchObject({ outcome: 'declined', code: 'BUSY' })
+    expect(venue.ext.protocolErrors).toBe(2)
+    expect(venue.logs).toContain('protocol error: team-answer.accept must be a boolean')
+    expect(venue.logs).toContain('protocol error: Unknown invitation never-sent')
+    expect(of(venue, 'team-invite').length).toBe(3)
     expect(host.teams.teams().filter(t => t.agent === venue.ext.agent.did)).toEqual([])
   }, 60_000)
 
@@ -228,6 +244,7 @@ describe('external agents in teams (ioa-agent/2)', () => {
     // a node whose events() readers overflow soon, so that the re-read from the log is exercised
     const slowHost = await createIoaNode({ listen: LISTEN, bootstrap: [conv.addresses()[0]], teams: { maxBufferedEvents: 4 } })
     extraNodes.push(slowHost)
+    await connected(conv, slowHost)
     const venue = await startProgram(slowHost, { maxTeamBacklogBytes: 1_024 })
     const did = venue.ext.agent.did
     await slowHost.interconnect.announced()

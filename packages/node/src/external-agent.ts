@@ -1,13 +1,15 @@
 /**
  * External agents: programs in any language that join a node over the local
- * agent protocol `ioa-agent/1` (JSON lines on stdio). The node hosts the
- * agent (its key, its signed card, its announcements) and serves its skills
- * through the task protocol; each task is handed to the program and its
- * answer handed back. Spec: `spec/node-agents.md`.
+ * agent protocol `ioa-agent/1` or `ioa-agent/2` (JSON lines on stdio). The
+ * node hosts the agent (its key, its signed card, its announcements) and
+ * serves its skills through the task protocol; each task is handed to the
+ * program and its answer handed back. In version 2 the program also takes
+ * part in its agent's teams. Spec: `spec/node-agents.md`.
  *
- * The pieces live in `agents/`: the protocol codec (`protocol.ts`), the
- * bounded line splitter, the limits, the process supervisor (`process.ts`)
- * and the call bridge to other agents (`calls.ts`).
+ * The pieces live in `agents/`: the protocol codec and version negotiation
+ * (`protocol.ts`), the bounded line splitter, the limits, the process
+ * supervisor (`process.ts`), the call bridge to other agents (`calls.ts`)
+ * and the team bridge of version 2 (`teams.ts`).
  */
 import { limitsOf } from './agents/limits.js'
 import { ExternalAgentProcess } from './agents/process.js'
@@ -36,6 +38,7 @@ export async function startExternalAgent (node: ExternalAgentComponents, init: E
     throw new TypeError('command must be a non-empty list of strings')
   }
   if (init.card == null || typeof init.card !== 'object') throw new TypeError('card is required')
+  if (init.inviteDefault != null && init.inviteDefault !== 'accept' && init.inviteDefault !== 'decline') throw new TypeError('inviteDefault must be "accept" or "decline"')
   const limits = limitsOf(init)
   const agent = new ExternalAgentProcess(node, init, limits)
   await agent.start()

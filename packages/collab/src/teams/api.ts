@@ -310,4 +310,10 @@ export interface TeamService {
   resume(): Promise<void>
   /** Node-level events: invitations answered, teams joined */
   events(options?: AbortOptions): AsyncGenerator<TeamServiceEvent, void, undefined>
+  /**
+   * Let `acceptor` answer the invitations of one hosted agent instead of
+   * `init.acceptor` (e.g. an external agent program decides its own);
+   * returns the function that removes it again
+   */
+  acceptFor(agent: Did, acceptor: Acceptor): () => void
 }

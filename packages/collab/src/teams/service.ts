@@ -88,6 +88,8 @@ class DefaultTeamService implements TeamService, TeamHost {
   private readonly datastore: Datastore
   private readonly held = new Map<string, Held>()
   private readonly perPeer = new Map<string, number>()
+  /** Acceptors of single agents (`acceptFor`), before `init.acceptor` */
+  private readonly acceptors = new Map<Did, Acceptor>()
   private readonly fanout: EventFanout<TeamServiceEvent>
   /** Speaker policies that are not rules, used while this node sequences (spec 10.4) */
   private readonly policies = new Map<string, SpeakerPolicy>()
@@ -449,7 +451,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     for (const c of p.capabilities) {
       if (!chain.capabilities.some(k => skillCovers(k.skill, c))) throw new EscalationError(`The token does not grant ${c}`)
     }
-    const acceptor = this.init.acceptor ?? defaultAcceptor
+    const acceptor = this.acceptors.get(p.to) ?? this.init.acceptor ?? defaultAcceptor
     const decision = await raceSignal(Promise.resolve(acceptor({ invitation, agent: p.to, skills: agent.card.card.skills.map(s => s.id) })), ctx.signal)
     if (!decision.accept) {
       this.emit({ type: 'invited', team: p.team, agent: p.to, from: p.from, accepted: false, decline: decision.decline })
@@ -677,6 +679,12 @@ class DefaultTeamService implements TeamService, TeamHost {
 
   async * events (options: AbortOptions = {}): AsyncGenerator<TeamServiceEvent, void, undefined> {
     yield * this.fanout.listen(options)
+  }
+
+  acceptFor (agent: Did, acceptor: Acceptor): () => void {
+    if (typeof acceptor !== 'function') throw new TypeError('acceptor must be a function')
+    this.acceptors.set(agent, acceptor)
+    return () => { if (this.acceptors.get(agent) === acceptor) this.acceptors.delete(agent) }
   }
 }
 

@@ -13,7 +13,15 @@ export const EXTERNAL_AGENT_DEFAULTS = Object.freeze({
   maxConcurrentCalls: 16,
   callTimeout: 300_000,
   discoveryTimeout: 10_000,
-  maxPendingWriteBytes: 16_777_216
+  maxPendingWriteBytes: 16_777_216,
+  // ioa-agent/2 (teams)
+  inviteAnswerTimeout: 5_000,
+  maxPendingInvites: 8,
+  maxConcurrentPosts: 8,
+  postTimeout: 30_000,
+  maxTeamBacklogBytes: 1_048_576,
+  maxTeams: 16,
+  formTimeout: 60_000
 })
 
 /** Every limit, set */

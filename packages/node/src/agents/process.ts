@@ -20,7 +20,8 @@ import {
 } from '../errors.js'
 import { CallBridge } from './calls.js'
 import { LineSplitter } from './line-splitter.js'
-import { AGENT_PROTOCOL, MAX_EVENT, MAX_MESSAGE, cancelReason, errorMessage, isObject, lenient, parseHello, replacer, skillsOf, utf8 } from './protocol.js'
+import { AGENT_PROTOCOL, AGENT_PROTOCOLS, AGENT_PROTOCOL_V2, MAX_EVENT, MAX_MESSAGE, cancelReason, errorMessage, isObject, lenient, parseHello, replacer, skillsOf, utf8 } from './protocol.js'
+import { TeamBridge } from './teams.js'
 import type { CallParent } from './calls.js'
 import type { Limits } from './limits.js'
 import type { Hello } from './protocol.js'
@@ -66,6 +67,8 @@ export class ExternalAgentProcess implements ExternalAgent {
   private readonly node: ExternalAgentComponents
   private readonly logger: Logger
   private readonly bridge: CallBridge
+  /** ioa-agent/2: invitations, the conversation and posts of the agent's teams */
+  private teams?: TeamBridge
   private readonly init: ExternalAgentInit
   private readonly limits: Limits
   private readonly child: ChildProcessWithoutNullStreams
@@ -113,6 +116,7 @@ export class ExternalAgentProcess implements ExternalAgent {
         ...process.env,
         ...init.env,
         IOA_AGENT_PROTOCOL: AGENT_PROTOCOL,
+        IOA_AGENT_PROTOCOLS: AGENT_PROTOCOLS.join(' '),
         IOA_AGENT_OPTIONS: JSON.stringify(init.options ?? {})
       },
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -200,9 +204,12 @@ export class ExternalAgentProcess implements ExternalAgent {
       this.hosted = agent
       if (this.phase !== 'starting') throw this.exitError('during its start')
       this.welcomed = true
+      if (hello.protocol === AGENT_PROTOCOL_V2) {
+        this.teams = new TeamBridge(this.node, { did: agent.did, send: msg => { this.send(msg) }, input: this.child.stdin, report: line => { this.log(line) }, lifetime: this.lifetime.signal }, this.limits, this.init.inviteDefault, this.logger)
+      }
       this.send({
         type: 'welcome',
-        protocol: AGENT_PROTOCOL,
+        protocol: hello.protocol,
         agent: { did: agent.did, name: agent.card.card.name, domain: agent.card.card.domain },
         options: this.init.options ?? {}
       })
@@ -212,6 +219,7 @@ export class ExternalAgentProcess implements ExternalAgent {
       await this.node.serve(agent, handlers)
       if (this.phase !== 'starting') throw this.exitError('during its start')
       this.phase = 'running'
+      this.teams?.start()
     } catch (err) {
       this.hello = undefined
       this.kill(`start failed: ${errorMessage(err)}`)
@@ -334,6 +342,12 @@ export class ExternalAgentProcess implements ExternalAgent {
         }
         return
       }
+      case 'team-answer':
+      case 'team-post':
+      case 'team-form':
+        if (this.teams == null) throw new AgentProtocolError(`${msg.type} is a message of ${AGENT_PROTOCOL_V2}`)
+        this.teams.onMessage(msg)
+        return
       case 'hello':
         throw new AgentProtocolError('A second hello')
       default:
@@ -419,13 +433,20 @@ export class ExternalAgentProcess implements ExternalAgent {
             caller: ctx.caller,
             root: ctx.chain.root,
             deadline: ctx.deadline ?? null,
-            capability: ctx.capability
+            capability: ctx.capability,
+            ...this.teamOf(id)
           }, true)
         } catch (err) {
           this.endTask(id, err)
         }
       })
     }
+  }
+
+  /** ioa-agent/2: the `team` field of a task that an `assign` entry of one of the agent's teams names */
+  private teamOf (id: string): { team?: unknown } {
+    const team = this.teams?.taskTeam(id)
+    return team != null ? { team } : {}
   }
 
   /** End a running task with an error, or with `output` when `err` is undefined; later ends do nothing */
@@ -467,6 +488,8 @@ export class ExternalAgentProcess implements ExternalAgent {
       if (strict) throw err
       this.log(err.message)
       if (msg.type === 'call-result') this.send({ type: 'call-error', id: msg.id, code: err.code, message: err.message })
+      // ioa-agent/2: the program learns of an entry too large for a line (spec 16.3)
+      if (msg.type === 'team-message') this.send({ ...msg, body: null, cut: size })
       return
     }
     if (this.child.stdin.writableLength + size > this.limits.maxPendingWriteBytes) {
@@ -521,6 +544,7 @@ export class ExternalAgentProcess implements ExternalAgent {
       return
     }
     this.phase = 'stopping'
+    this.teams?.stop()
     this.unserve()
     for (const id of [...this.tasks.keys()]) {
       this.endTask(id, new AgentExitedError('The agent was stopped'))
@@ -557,6 +581,7 @@ export class ExternalAgentProcess implements ExternalAgent {
       const err = this.exitError(how)
       this.hello?.reject(starting ? new AgentStartError(`The agent program exited ${how} before its hello`) : err)
       this.lifetime.abort(err)
+      this.teams?.stop()
       for (const id of [...this.tasks.keys()]) this.endTask(id, err)
       this.unserve()
       if (this.hosted != null) await this.node.interconnect.unhost(this.hosted.did).catch((e) => { this.logger.error('unhost %s: %e', this.hosted?.did, e) })

@@ -9,8 +9,17 @@ import { CanceledError, ERROR_CODE_PATTERN } from '@ioa/transport'
 import { AgentProtocolError, SkillMismatchError, UnsupportedProtocolError } from '../errors.js'
 import type { SkillInit } from '@ioa/interconnect'
 
-/** The protocol name programs say in their hello */
+/** The protocol name programs say in their hello (version 1, which every program speaks) */
 export const AGENT_PROTOCOL = 'ioa-agent/1'
+
+/** Version 2: version 1 and teams (invitations, the conversation, posts); `spec/node-agents.md` 16 */
+export const AGENT_PROTOCOL_V2 = 'ioa-agent/2'
+
+/** The versions this node speaks, newest first */
+export const AGENT_PROTOCOLS: readonly string[] = Object.freeze([AGENT_PROTOCOL_V2, AGENT_PROTOCOL])
+
+/** Most versions a hello may list */
+const MAX_VERSIONS = 8
 
 /** Longest call id, event name and error message (characters) */
 export const MAX_ID = 128
@@ -23,6 +32,8 @@ export const lenient = new TextDecoder('utf-8')
 
 /** What a program's hello says */
 export interface Hello {
+  /** The version the node chose: the newest both speak */
+  protocol: string
   name?: string
   description?: string
   skills?: SkillInit[]
@@ -62,10 +73,7 @@ export function cancelReason (reason: unknown): string {
 
 /** A hello message checked; unknown fields are ignored */
 export function parseHello (msg: Record<string, unknown>): Hello {
-  if (msg.protocol !== AGENT_PROTOCOL) {
-    throw new UnsupportedProtocolError(`The program speaks ${JSON.stringify(msg.protocol)?.slice(0, 40)}, this node ${AGENT_PROTOCOL}`)
-  }
-  const hello: Hello = {}
+  const hello: Hello = { protocol: negotiate(msg) }
   if (msg.name != null) {
     if (typeof msg.name !== 'string' || msg.name.length === 0 || msg.name.length > CARD_LIMITS.maxName) throw new AgentProtocolError(`hello.name must be a string of 1-${CARD_LIMITS.maxName} characters`)
     hello.name = msg.name
@@ -91,6 +99,26 @@ export function parseHello (msg: Record<string, unknown>): Hello {
     if (ids.size !== hello.skills.length) throw new AgentProtocolError('hello.skills names a skill twice')
   }
   return hello
+}
+
+/**
+ * The version of a hello: the newest of `AGENT_PROTOCOLS` among its
+ * `protocol` and its `versions` (spec 16.1); none in common throws
+ * UnsupportedProtocolError
+ */
+export function negotiate (msg: Record<string, unknown>): string {
+  const offered: unknown[] = [msg.protocol]
+  if (msg.versions != null) {
+    if (!Array.isArray(msg.versions) || msg.versions.length === 0 || msg.versions.length > MAX_VERSIONS || msg.versions.some(v => typeof v !== 'string' || v.length > 64)) {
+      throw new AgentProtocolError(`hello.versions must be a list of 1-${MAX_VERSIONS} protocol names`)
+    }
+    offered.push(...msg.versions)
+  }
+  const chosen = AGENT_PROTOCOLS.find(v => offered.includes(v))
+  if (chosen == null) {
+    throw new UnsupportedProtocolError(`The program speaks ${JSON.stringify(offered.filter(v => v != null))?.slice(0, 80)}, this node ${AGENT_PROTOCOLS.join(', ')}`)
+  }
+  return chosen
 }
 
 /**

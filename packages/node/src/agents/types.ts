@@ -3,7 +3,7 @@
  * external agent needs ({@link ExternalAgentComponents}).
  */
 import type { HostAgentOptions, IoaNode } from '../ioa-node.js'
-import type { TaskService } from '@ioa/collab'
+import type { TaskService, TeamService } from '@ioa/collab'
 import type { HostedAgent, Interconnect } from '@ioa/interconnect'
 
 /**
@@ -13,6 +13,8 @@ import type { HostedAgent, Interconnect } from '@ioa/interconnect'
 export interface ExternalAgentComponents extends Pick<IoaNode, 'host' | 'serve' | 'discover' | 'delegate' | 'logger'> {
   readonly tasks: Pick<TaskService, 'submitAndWait' | 'cancel' | 'unserve'>
   readonly interconnect: Pick<Interconnect, 'unhost'>
+  /** Teams, for programs that speak `ioa-agent/2` (without it, they get no invitations and their posts fail with TEAMS_UNAVAILABLE) */
+  readonly teams?: Pick<TeamService, 'events' | 'teams' | 'acceptFor' | 'form'>
 }
 
 export interface ExternalAgentInit {
@@ -53,6 +55,26 @@ export interface ExternalAgentInit {
   discoveryTimeout?: number
   /** Bytes written to the program and not yet read by it before it is deemed stuck and killed @default 16_777_216 */
   maxPendingWriteBytes?: number
+  /** ioa-agent/2: how long an invitation waits for the program's `team-answer` before `inviteDefault` decides, ms @default 5_000 */
+  inviteAnswerTimeout?: number
+  /** ioa-agent/2: the decision when the program does not answer an invitation in time @default 'decline' */
+  inviteDefault?: 'accept' | 'decline'
+  /** ioa-agent/2: invitations waiting for the program's answer at once; more are declined BUSY at once @default 8 */
+  maxPendingInvites?: number
+  /** ioa-agent/2: `team-post`s and `team-form`s in flight at once; more are answered TOO_MANY_POSTS @default 8 */
+  maxConcurrentPosts?: number
+  /** ioa-agent/2: longest `team-post` (signing, ordering by the sequencer), ms @default 30_000 */
+  postTimeout?: number
+  /**
+   * ioa-agent/2: team messages are written to the program only while less
+   * than this many bytes of its input are unread; beyond, the node stops
+   * reading the teams' logs for it and resumes where it stopped @default 1_048_576
+   */
+  maxTeamBacklogBytes?: number
+  /** ioa-agent/2: teams whose conversation the program follows at once; invitations beyond are declined BUSY @default 16 */
+  maxTeams?: number
+  /** ioa-agent/2: longest `team-form` (discovery and invitations), ms @default 60_000 */
+  formTimeout?: number
 }
 
 export interface ExternalAgent {

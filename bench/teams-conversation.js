@@ -218,10 +218,15 @@ async function converse ({ teams, assignments, convener, refs, round }) {
     const myTurn = (k) => () => team.flow.turn === k && team.flow.speaker === convener.did && team.flow.due == null && team.flow.phase === 'discussion'
     const open = new Map()
     const t0 = performance.now()
+    /** where the time goes: waiting for the turn (decisions, the members' turns), and each kind of line */
+    const spent = { waiting: 0, say: 0, sync: 0, async: 0, pause: 0, conclude: 0 }
+    let mark = t0
+    const lap = (what) => { const t = performance.now(); spent[what] += t - mark; mark = t }
     for (let k = 0; k < TURNS; k++) {
       const line = SCRIPT[k]
       if (line.by !== 'C') continue
       await w.until(myTurn(k))
+      lap('waiting')
       if (line.repeat != null) await expectRepeated(team.say(repeatOf(line.repeat)))
       if (line.say != null) {
         await team.post('discuss', { text: line.say, next: refs[line.next].agent })
@@ -238,15 +243,17 @@ async function converse ({ teams, assignments, convener, refs, round }) {
         const outs = await assignments.pause(team, line.pause.map(n => open.get(n).task))
         for (const out of outs) if (out.state !== 'completed') throw new Error(`task ${out.task}: ${out.state} ${JSON.stringify(out.error)}`)
       }
+      lap(line.say != null ? 'say' : line.pause != null ? 'pause' : TASKS[line.task].mode)
     }
     await w.until(() => team.concluded)
+    lap('conclude')
     const wall = performance.now() - t0
     const entries = team.history()
     const turns = entries.filter(e => e.msg.payload.type === 'turn').length
     const logBytes = entries.reduce((n, e) => n + encode(e.msg).byteLength, 0)
     const discussion = entries.filter(e => e.msg.payload.type === 'discuss' || e.msg.payload.type === 'propose').length
     if (team.flow.turn !== TURNS) throw new Error(`the conversation took ${team.flow.turn} turns`)
-    return { team, wall, turns, logBytes, discussion, entries: entries.length }
+    return { team, wall, spent, turns, logBytes, discussion, entries: entries.length }
   } finally {
     w.stop()
   }
@@ -285,7 +292,7 @@ export async function conversation ({ quick, progress }) {
         } else {
           last = await converse({ ...ctx, round: r })
           walls.push(last.wall)
-          progress(`round ${r + 1}/${rounds}: conversation ${last.wall.toFixed(0)} ms, ${last.entries} entries (${last.turns} decisions), ${last.logBytes} B`)
+          progress(`round ${r + 1}/${rounds}: conversation ${last.wall.toFixed(0)} ms, ${last.entries} entries (${last.turns} decisions), ${last.logBytes} B; ${Object.entries(last.spent).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ')}`)
         }
       }
     }
@@ -297,6 +304,7 @@ export async function conversation ({ quick, progress }) {
     send({ cmd: 'stop' })
     return [
       row(`team.conversation-${TURNS}.wall`, median(walls), 'ms', median(bases), { max: 1.2 }),
+      row(`team.conversation-${TURNS}.overhead-per-turn`, (median(walls) - median(bases)) / TURNS, 'ms', null),
       row(`team.conversation-${TURNS}.repeats-saved.messages`, saved.messages, 'msg', last.discussion + saved.messages),
       row(`team.conversation-${TURNS}.repeats-saved.bytes`, saved.bytes, 'B', last.logBytes + saved.bytes),
       row(`team.conversation-${TURNS}.repeats-saved.wire-bytes`, saved.wireBytes, 'B')

@@ -112,7 +112,13 @@ function watch (team) {
     for await (const _ of team.events({ from: 0, signal: controller.signal })) check()
   })().catch(() => {})
   return {
-    until: (cond) => cond() ? Promise.resolve() : new Promise(resolve => { waiters.push({ cond, resolve }) }),
+    /** Resolve once `cond()` holds; reject after `ms` (a script that went wrong ends the bench instead of hanging it) */
+    until: (cond, what, ms = 60_000) => cond()
+      ? Promise.resolve()
+      : new Promise((resolve, reject) => {
+        const timer = setTimeout(() => { reject(new Error(`${what} not within ${ms} ms`)) }, ms)
+        waiters.push({ cond, resolve: () => { clearTimeout(timer); resolve() } })
+      }),
     stop: () => { controller.abort() }
   }
 }
@@ -225,7 +231,7 @@ async function converse ({ teams, assignments, convener, refs, round }) {
     for (let k = 0; k < TURNS; k++) {
       const line = SCRIPT[k]
       if (line.by !== 'C') continue
-      await w.until(myTurn(k))
+      await w.until(myTurn(k), `the convener's turn ${k}`)
       lap('waiting')
       if (line.repeat != null) await expectRepeated(team.say(repeatOf(line.repeat)))
       if (line.say != null) {
@@ -245,7 +251,7 @@ async function converse ({ teams, assignments, convener, refs, round }) {
       }
       lap(line.say != null ? 'say' : line.pause != null ? 'pause' : TASKS[line.task].mode)
     }
-    await w.until(() => team.concluded)
+    await w.until(() => team.concluded, 'the conclude entry')
     lap('conclude')
     const wall = performance.now() - t0
     const entries = team.history()

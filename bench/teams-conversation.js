@@ -224,15 +224,18 @@ async function converse ({ teams, assignments, convener, refs, round }) {
     const myTurn = (k) => () => team.flow.turn === k && team.flow.speaker === convener.did && team.flow.due == null && team.flow.phase === 'discussion'
     const open = new Map()
     const t0 = performance.now()
-    /** where the time goes: waiting for the turn (decisions, the members' turns), and each kind of line */
-    const spent = { waiting: 0, say: 0, sync: 0, async: 0, pause: 0, conclude: 0 }
+    /**
+     * where the time goes: waiting for the turn after its own line (`decision`: the rule's `turn` entry) or after a member's
+     * (`members`: the decision naming the member, its post, the next decision), and each kind of line
+     */
+    const spent = { decision: 0, members: 0, say: 0, sync: 0, async: 0, pause: 0, conclude: 0 }
     let mark = t0
     const lap = (what) => { const t = performance.now(); spent[what] += t - mark; mark = t }
     for (let k = 0; k < TURNS; k++) {
       const line = SCRIPT[k]
       if (line.by !== 'C') continue
       await w.until(myTurn(k), `the convener's turn ${k}`)
-      lap('waiting')
+      lap(k === 0 ? 'decision' : SCRIPT[k - 1].by === 'C' ? 'decision' : 'members')
       if (line.repeat != null) await expectRepeated(team.say(repeatOf(line.repeat)))
       if (line.say != null) {
         await team.post('discuss', { text: line.say, next: refs[line.next].agent })

@@ -16,17 +16,22 @@
 //   process) with 1,000 agents (20 capabilities, each on 10 nodes), against the baseline of one discovery lookup
 //   plus one round of 5 parallel task round trips to the 5 best candidates.
 //   Target: <= 2x.
+// - conversation (bench/teams-conversation.js): a 20-turn scripted
+//   conversation with 2 sync and 3 async assignments across 2 processes,
+//   against the critical path of its task times as plain task round trips.
+//   Target: <= 1.2x. Also the messages and bytes the repetition filter saved.
 //
-// Standalone (after `npx tsc -b`): node --import ./scripts/polyfill.js bench/teams.js [--quick] [--delivery | --formation]
-import { spawn } from 'node:child_process'
+// Standalone (after `npx tsc -b`): node --import ./scripts/polyfill.js bench/teams.js [--quick] [--delivery | --formation | --conversation]
 import { createInterface } from 'node:readline'
-import { fileURLToPath, pathToFileURL } from 'node:url'
+import { pathToFileURL } from 'node:url'
 import { createTransportNode } from '@ioa/transport'
 import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { signTeamRecord, verifyTeamRecord, newMessageId } from '@ioa/collab/wire'
 import { multiaddr } from '@multiformats/multiaddr'
+import { startChild } from './child.js'
 import { percentile, rotate } from './measure.js'
+import { conversation } from './teams-conversation.js'
 
 const FANOUT = '/ioa/bench-team-fanout/1.0.0'
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
@@ -118,18 +123,14 @@ async function delivery ({ quick, progress }) {
   const count = 9
   const perRound = quick ? 20 : 50
   const rounds = quick ? 2 : 4
-  const child = spawn(process.execPath, ['--import', fileURLToPath(new URL('../scripts/polyfill.js', import.meta.url)), fileURLToPath(import.meta.url), '--members', String(count)], { stdio: ['pipe', 'pipe', 'inherit'] })
-  const lines = createInterface({ input: child.stdout })
-  const pending = []
   /** the child's post times (`{ posted, sent }` lines); every other line answers a command */
   const posted = new Map()
-  lines.on('line', (line) => {
-    const e = JSON.parse(line)
-    if (e.posted != null) posted.set(e.posted, e.sent)
-    else pending.shift()?.(e)
+  const child = startChild(import.meta.url, ['--members', String(count)], (e) => {
+    if (e.posted == null) return false
+    posted.set(e.posted, e.sent)
+    return true
   })
-  const next = () => new Promise(resolve => pending.push(resolve))
-  const send = (cmd) => child.stdin.write(JSON.stringify(cmd) + '\n')
+  const { next, send } = child
   const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
   const ic = await createInterconnect(node, { requestTimeout: 5_000 })
   const teams = createTeamService(ic, TEAM_INIT)
@@ -206,13 +207,7 @@ async function delivery ({ quick, progress }) {
       row('team.deliver.delivered', stats.team.n / stats.team.sent, 'ratio', 1)
     ]
   } finally {
-    if (child.exitCode == null) {
-      const exited = new Promise(resolve => child.once('exit', resolve))
-      send({ cmd: 'stop' })
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
-      await exited
-      clearTimeout(timer)
-    }
+    await child.stop()
     await teams.stop().catch(() => {})
     await ic.stop().catch(() => {})
     await node.stop()
@@ -320,9 +315,9 @@ async function formation ({ quick, progress }) {
 
 export const teamGroup = {
   name: 'team',
-  title: 'teams: delivery to a 10-member team across 2 processes (baseline: the same signed frame over direct streams), formation of 5 out of 1,000 agents (baseline: one lookup + one round of 5 parallel tasks)',
+  title: 'teams: delivery to a 10-member team across 2 processes (baseline: the same signed frame over direct streams), formation of 5 out of 1,000 agents (baseline: one lookup + one round of 5 parallel tasks), a 20-turn conversation with 5 assignments (baseline: the critical path of its task times as plain tasks)',
   async run (ctx) {
-    return [...await delivery(ctx), ...await formation(ctx)]
+    return [...await delivery(ctx), ...await formation(ctx), ...await conversation(ctx)]
   }
 }
 
@@ -332,7 +327,7 @@ if (import.meta.url === pathToFileURL(process.argv[1]).href) {
     await childMain(Number(process.argv[i + 1]))
   } else {
     const quick = process.argv.includes('--quick')
-    const only = process.argv.includes('--delivery') ? delivery : process.argv.includes('--formation') ? formation : teamGroup.run
+    const only = process.argv.includes('--delivery') ? delivery : process.argv.includes('--formation') ? formation : process.argv.includes('--conversation') ? conversation : teamGroup.run
     const rows = await only({ quick, progress: (m) => process.stderr.write(`[team] ${m}\n`) })
     for (const r of rows) console.log(JSON.stringify(r))
     process.exit(0)

@@ -67,6 +67,23 @@ describe('teams', () => {
     }
   })
 
+  it('a member node tells of its team once, when the roster makes it a member', async () => {
+    const peers = await startTeamPeers(closers, 3)
+    const seen: Array<{ team: string, hasRoster: boolean }> = []
+    const controller = new AbortController()
+    const reading = (async () => {
+      for await (const e of peers[1].teams.events({ signal: controller.signal })) {
+        if (e.type === 'team') seen.push({ team: e.team.id, hasRoster: (e.team as unknown as { hasRoster: boolean }).hasRoster })
+      }
+    })()
+    const team = await formAll(peers)
+    await settled(peers.slice(1), team.id, 1)
+    await delay(300)
+    controller.abort()
+    await reading
+    expect(seen).toEqual([{ team: team.id, hasRoster: true }])
+  })
+
   it('a role nobody accepts fails the formation with the declines', async () => {
     const peers = await startTeamPeers(closers, 2, (i) => i === 1 ? { init: { acceptor: () => ({ accept: false, decline: { code: 'POLICY', reason: 'no' } }) } } : {})
     const err = await expectErrorCode(peers[0].teams.form(peers[0].agent.did, goal('x', ['team.member']), {

@@ -207,7 +207,8 @@ class DefaultTeamService implements TeamService, TeamHost {
     return this.components.interconnect.agents().find(a => a.did === did)
   }
 
-  private hold (team: TeamRuntime, hint?: string): Held {
+  /** Hold a team on this node; `announce`: emit its `team` event now (an invitee's comes with the roster that makes it a member) */
+  private hold (team: TeamRuntime, hint?: string, announce = true): Held {
     const follower = new Follower(team, {
       components: this.components,
       limits: this.limits,
@@ -233,7 +234,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     })
     const h: Held = { team, follower, failover }
     this.held.set(team.id, h)
-    this.emit({ type: 'team', team })
+    if (announce) this.emit({ type: 'team', team })
     return h
   }
 
@@ -461,7 +462,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     const store = new TeamLog(p.team, this.datastore, this.limits.historyBytes)
     const team = new TeamRuntime(p.team, agent.identity, store, this)
     team.invitation = invitation
-    const h = this.hold(team, p.sequencer ?? peer)
+    const h = this.hold(team, p.sequencer ?? peer, false)
     h.invitedBy = peer
     this.perPeer.set(peer, (this.perPeer.get(peer) ?? 0) + 1)
     h.pendingTimer = setTimeout(() => {

@@ -162,13 +162,13 @@ class NodeProcess {
  * each human-readable line (nothing is printed without it). Resolves to the
  * summary; never throws for a failed scenario (its status says so).
  */
-export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security'] } = {}) {
+export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security', 'festival-move'] } = {}) {
   const t0 = Date.now()
   const elapsed = at => `+${((at - t0) / 1000).toFixed(2).padStart(6)}s`
   const line = (at, who, text) => print(`${elapsed(at)}  ${who.padEnd(22)} ${text}`)
 
   const defs = []
-  const dirs = { 'car-assistant': 'car', 'home-security': 'home' }
+  const dirs = { 'car-assistant': 'car', 'home-security': 'home', 'festival-move': 'festival' }
   for (const name of scenarios) {
     if (only != null && !only.includes(name)) continue
     const mod = await import(join(SCENARIOS_DIR, dirs[name] ?? name, 'scenario.js'))

@@ -34,7 +34,6 @@ export default {
     const check = (name, ok, detail) => checks.push({ name, ok: Boolean(ok), detail })
     const owner = ctx.driver.identity
     const organiser = ctx.node('organiser')
-    const transport = ctx.node('transport')
     const busB = ctx.node('bus-b')
     const organiserDid = organiser.did('organiser')
     const bravo = busB.did('bus-b')

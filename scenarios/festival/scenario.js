@@ -12,6 +12,7 @@
 // lease lapses, the route is reassigned to Alpha Coaches by rule, Bravo is
 // removed from the nested team, which concludes; then the team concludes.
 import { delegate } from '@ioa/collab'
+import { multiaddr } from '@multiformats/multiaddr'
 
 export default {
   name: 'festival-move',
@@ -39,12 +40,18 @@ export default {
     const bravo = busB.did('bus-b')
     const alpha = ctx.node('bus-a').did('bus-a')
 
-    // the organiser's card must be known before the phone can reach it
+    // the organiser's card must be known before the phone can reach it: the
+    // phone connects to the organiser's node (an address the owner knows) and
+    // looks the capability up
     let t = Date.now()
-    for (let i = 0; i < 60 && !ctx.signal.aborted; i++) {
-      const found = await ctx.driver.node.discover({ capability: 'event.move' }, { cache: false, timeout: 3_000 }).catch(() => [])
-      if (found.length > 0) break
-      await new Promise(resolve => setTimeout(resolve, 250))
+    await ctx.driver.node.transport.dial(multiaddr(organiser.ready.addresses[0]), { signal: ctx.deadline(10_000) }).catch(err => {
+      ctx.timeline('owner', `could not connect to the organiser's node (${err.message}); looking it up in the DHT`)
+    })
+    let reached = false
+    while (!reached && Date.now() - t < 30_000 && !ctx.signal.aborted) {
+      const found = await ctx.driver.node.discover({ capability: 'event.move' }, { cache: false, timeout: 5_000 }).catch(() => [])
+      reached = found.some(a => a.card.id === organiserDid)
+      if (!reached) await new Promise(resolve => setTimeout(resolve, 250))
     }
     const token = await delegate(owner, {
       audience: organiserDid,

@@ -41,12 +41,12 @@ export async function waitUntil (cond, { ms = 20_000, signal, what = 'a conditio
 }
 
 /** Agents offering `capability`, looked up until `atLeast` answer (`{ agent, peer, name }`) */
-export async function find (node, capability, atLeast, signal, ms = 15_000) {
+export async function find (node, capability, atLeast, signal, ms = 25_000) {
   const end = Date.now() + ms
   let found = []
   while (Date.now() < end) {
     signal?.throwIfAborted()
-    found = await node.discover({ capability }, { cache: false, timeout: 3_000 }).catch(() => [])
+    found = await node.discover({ capability }, { cache: false, timeout: 5_000 }).catch(() => [])
     if (found.length >= atLeast) break
     await new Promise(resolve => setTimeout(resolve, 200))
   }

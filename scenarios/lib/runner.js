@@ -183,7 +183,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   let stopping = false
   const onEvent = (proc, e) => {
     // what the nodes say while they shut down is not part of the story
-    if (stopping) return
+    if (stopping || proc.quiet) return
     if (current != null) current.events++
     const text = describe(e)
     if (text != null) line(e.at, e.source === 'node' ? proc.name : `${proc.name}/${e.source}`, text)
@@ -192,7 +192,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   try {
     if (LOG_DIR != null) await mkdir(LOG_DIR, { recursive: true })
     // the seed: a node with no agents that everyone joins through
-    print(`Starting ${1 + defs.reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
+    print(`Starting ${1 + defs.filter(d => d.startLate !== true).reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
     const seed = new NodeProcess('seed', null, t0, onEvent)
     procs.set('seed', seed)
     const seedReady = await seed.start(join(SCENARIOS_DIR, 'seed.json'), [])
@@ -200,7 +200,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     line(Date.now(), 'seed', `listening on ${seedAddr} (pid ${seed.pid})`)
 
     // every scenario node; one that bootstraps from another's gateway waits for it
-    const specs = defs.flatMap(d => d.nodes.map(n => ({ ...n, scenario: d.name })))
+    const specs = defs.flatMap(d => d.nodes.map(n => ({ ...n, scenario: d.name, late: d.startLate === true })))
     const started = new Map()
     const startOne = async (spec) => {
       if (started.has(spec.name)) return started.get(spec.name)
@@ -229,7 +229,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
       started.set(spec.name, p)
       return p
     }
-    await Promise.all(specs.map(startOne))
+    await Promise.all(specs.filter(s => !s.late).map(startOne))
     summary.processes = procs.size
 
     // every process is on 127.0.0.1: the driver, like the configs, exempts
@@ -237,7 +237,18 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     driverNode = await createIoaNode({ bootstrap: [seedAddr], domain: 'people.example', transport: { allow: ['/ip4/127.0.0.1', '/ip6/::1'] } })
     line(Date.now(), 'driver', `user's phone joined the network (peer ${driverNode.transport.peerId.toString().slice(-8)})`)
 
-    for (const def of defs) {
+    for (const [i, def] of defs.entries()) {
+      if (def.startLate === true) {
+        // a scenario of many processes runs on its own: the nodes of the scenarios before it stop, its own start now
+        print('')
+        const before = new Set(defs.slice(0, i).map(d => d.name))
+        const done = [...procs.values()].filter(p => before.has(p.scenario))
+        for (const p of done) p.quiet = true
+        const mine = specs.filter(s => s.scenario === def.name)
+        line(Date.now(), 'runner', `stopping the ${done.length} node processes of the scenarios before; starting the ${mine.length} of ${def.name}`)
+        await Promise.all([...done.map(p => p.stop().catch(() => {})), ...mine.map(startOne)])
+        summary.processes = procs.size
+      }
       const started = Date.now()
       print('')
       print(`── ${def.title ?? def.name} ──`)

@@ -18,8 +18,8 @@ export default {
   name: 'festival-move',
   title: 'Festival day moved by a team of agents: "storm warning for Saturday"',
   timeout: 60_000,
-  // seven more processes: its nodes start once the scenarios before it are over, and theirs stop (see the runner)
-  startLate: true,
+  // seven more processes: a network of their own (its own seed), which the phone joins once the scenarios before are over (see the runner)
+  ownNetwork: true,
   nodes: [
     { name: 'organiser', config: 'festival/organiser.json' },
     { name: 'weather', config: 'festival/weather.json' },

@@ -236,8 +236,11 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
       started.set(spec.name, p)
       return p
     }
-    await Promise.all(specs.map(startOne))
+    // the nodes of an `ownNetwork` scenario start while the first scenarios run: twenty processes starting at once held back the others' announcements
+    await Promise.all(specs.filter(s => s.seed === 'seed').map(startOne))
     summary.processes = procs.size
+    const later = specs.filter(s => s.seed !== 'seed')
+    let startingLater
 
     // every process is on 127.0.0.1: the driver, like the configs, exempts
     // loopback from the connection limits (nodes do not by default)
@@ -245,13 +248,19 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     line(Date.now(), 'driver', `user's phone joined the network (peer ${driverNode.transport.peerId.toString().slice(-8)})`)
 
     for (const [i, def] of defs.entries()) {
+      if (i === 0 && later.length > 0) {
+        startingLater = Promise.all(later.map(startOne))
+        // a failure is reported when its scenario's turn comes
+        startingLater.catch(() => {})
+      }
       if (def.ownNetwork === true) {
         // the scenarios before it are over: their nodes stop, and the phone joins this scenario's network
         print('')
         const before = new Set(defs.slice(0, i).map(d => d.name))
         const done = [...procs.values()].filter(p => before.has(p.scenario))
         for (const p of done) p.quiet = true
-        await Promise.all(done.map(p => p.stop().catch(() => {})))
+        await Promise.all([...done.map(p => p.stop().catch(() => {})), startingLater])
+        summary.processes = procs.size
         await driverNode.transport.dial(multiaddr(seedAddrs.get(`seed-${def.name}`)), { signal: AbortSignal.timeout(10_000) })
         line(Date.now(), 'driver', `${done.length} node processes of the scenarios before stopped; the phone joined the network of ${def.name}`)
       }

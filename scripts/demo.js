@@ -1,8 +1,8 @@
-// `npm run demo`: both scenarios of ARCHITECTURE.md across separate OS
-// processes on 127.0.0.1 (the car assistant booking a hotel for tonight, and
-// home security with a patrol robot, MCP tools, a drone and a takeover). Prints
-// a timeline and a summary; exits 0 only if both scenarios completed and every
-// check held. `--json`: one JSON summary on stdout. `--only <name>`: one scenario.
+// `npm run demo`: the scenarios across separate OS processes on 127.0.0.1
+// (the car assistant booking a hotel for tonight; home security with a patrol
+// robot, MCP tools, a drone and a takeover; a team of agents moving a festival
+// day because of a storm). Prints a timeline and a summary; exits 0 only if
+// every scenario completed and every check held. `--json`: one JSON summary on stdout. `--only <name>`: one scenario.
 import { parseArgs } from 'node:util'
 import { runScenarios } from '../scenarios/lib/runner.js'
 
@@ -14,7 +14,7 @@ const { values } = parseArgs({
   }
 })
 if (values.help) {
-  console.log('usage: npm run demo [-- --json] [-- --only car-assistant|home-security]')
+  console.log('usage: npm run demo [-- --json] [-- --only car-assistant|home-security|festival-move]')
   process.exit(0)
 }
 

@@ -1,9 +1,12 @@
 /**
- * The demo's two scenarios, run as `npm run demo -- --json` does: every node
+ * The demo's three scenarios, run as `npm run demo -- --json` does: every node
  * is its own OS process (`ioa start`), the driver is this test's child
- * process. Asserts the outcomes the issue names: a booking made once, a
+ * process. Asserts the outcomes the issues name: a booking made once, a
  * payment within the driver's cap under a chain rooted at the driver, a drone
- * dispatched within the deadline, and a takeover after the robot went silent.
+ * dispatched within the deadline, a takeover after the robot went silent;
+ * and a team that moves a festival day: the venue chosen by a call for
+ * proposals, its tasks done, a nested team concluded, the killed bus
+ * operator removed, the conversation concluded `done` (issue 13).
  */
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
@@ -42,17 +45,17 @@ async function runDemo (): Promise<{ code: number | null, summary: DemoSummary, 
   return { code, summary, stderr }
 }
 
-describe('npm run demo -- --json (both scenarios across OS processes)', () => {
+describe('npm run demo -- --json (the three scenarios across OS processes)', () => {
   // the bound covers the runner's own: 90 s for the processes to be ready, then
-  // 40 s (car) and 60 s (home) at most; a passing run takes about a minute
-  it('completes both scenarios, exits 0, and the outcomes hold', { timeout: 240_000 }, async () => {
+  // 40 s (car), 60 s (home) and 60 s (festival) at most; a passing run takes about a minute
+  it('completes the three scenarios, exits 0, and the outcomes hold', { timeout: 300_000 }, async () => {
     const { code, summary } = await runDemo()
     const explain = JSON.stringify(summary.scenarios.map(s => ({ name: s.name, status: s.status, error: s.error, failed: s.checks.filter(c => !c.ok) })))
     expect(summary.ok, explain).toBe(true)
     expect(code).toBe(0)
     // the seed plus at least 5 node processes
     expect(summary.processes).toBeGreaterThanOrEqual(6)
-    expect(summary.scenarios.map(s => s.name)).toEqual(['car-assistant', 'home-security'])
+    expect(summary.scenarios.map(s => s.name)).toEqual(['car-assistant', 'home-security', 'festival-move'])
     for (const s of summary.scenarios) {
       expect(s).toMatchObject({ status: 'completed' })
       expect(typeof s.nodes).toBe('number')
@@ -82,5 +85,19 @@ describe('npm run demo -- --json (both scenarios across OS processes)', () => {
     expect(home.takeover).toBeDefined()
     expect(home.takeover.from).not.toBe(home.takeover.to)
     expect(home.takeover.silentForMs).toBeGreaterThan(0)
+
+    const festival = summary.scenarios[2].outcome
+    expect(festival.venue).toBe('Dock Hall')
+    expect(festival.proposals).toHaveLength(2)
+    expect(festival.members).toBe(5)
+    expect(festival.states).toEqual(expect.arrayContaining(['sync', 'paused', 'discussion']))
+    expect(festival.turns).toBeLessThanOrEqual(festival.maxTurns)
+    expect(festival.tasks.forecast).toBe(true)
+    expect(festival.tasks.shuttles.map((r: any) => r.route).sort()).toEqual(['A', 'B'])
+    expect(festival.tasks.tickets).toBe(2400)
+    expect(festival.subteam).toMatchObject({ outcome: 'done', members: 2 })
+    expect(festival.killed).toMatchObject({ killed: true, removed: true })
+    expect(festival.killed.reassigned).toBeGreaterThanOrEqual(1)
+    expect(festival.outcome).toBe('done')
   })
 })

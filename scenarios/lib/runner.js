@@ -12,6 +12,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { createIdentity } from '@ioa/interconnect'
 import { createIoaNode, loadConfig, readKeyFile } from '@ioa/node'
+import { multiaddr } from '@multiformats/multiaddr'
 
 export const SCENARIOS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const ROOT = resolve(SCENARIOS_DIR, '..')
@@ -162,13 +163,13 @@ class NodeProcess {
  * each human-readable line (nothing is printed without it). Resolves to the
  * summary; never throws for a failed scenario (its status says so).
  */
-export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security'] } = {}) {
+export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security', 'festival-move'] } = {}) {
   const t0 = Date.now()
   const elapsed = at => `+${((at - t0) / 1000).toFixed(2).padStart(6)}s`
   const line = (at, who, text) => print(`${elapsed(at)}  ${who.padEnd(22)} ${text}`)
 
   const defs = []
-  const dirs = { 'car-assistant': 'car', 'home-security': 'home' }
+  const dirs = { 'car-assistant': 'car', 'home-security': 'home', 'festival-move': 'festival' }
   for (const name of scenarios) {
     if (only != null && !only.includes(name)) continue
     const mod = await import(join(SCENARIOS_DIR, dirs[name] ?? name, 'scenario.js'))
@@ -183,7 +184,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   let stopping = false
   const onEvent = (proc, e) => {
     // what the nodes say while they shut down is not part of the story
-    if (stopping) return
+    if (stopping || proc.quiet) return
     if (current != null) current.events++
     const text = describe(e)
     if (text != null) line(e.at, e.source === 'node' ? proc.name : `${proc.name}/${e.source}`, text)
@@ -192,21 +193,27 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   try {
     if (LOG_DIR != null) await mkdir(LOG_DIR, { recursive: true })
     // the seed: a node with no agents that everyone joins through
-    print(`Starting ${1 + defs.reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
-    const seed = new NodeProcess('seed', null, t0, onEvent)
-    procs.set('seed', seed)
-    const seedReady = await seed.start(join(SCENARIOS_DIR, 'seed.json'), [])
-    const seedAddr = seedReady.addresses[0]
-    line(Date.now(), 'seed', `listening on ${seedAddr} (pid ${seed.pid})`)
+    // a scenario with `ownNetwork` has a seed of its own: its nodes form a network apart from the others'
+    const own = defs.filter(d => d.ownNetwork === true)
+    print(`Starting ${1 + own.length + defs.reduce((n, d) => n + d.nodes.length, 0)} node processes on 127.0.0.1…`)
+    const seedAddrs = new Map()
+    await Promise.all([{ name: 'seed', scenario: null }, ...own.map(d => ({ name: `seed-${d.name}`, scenario: d.name }))].map(async ({ name, scenario }) => {
+      const seed = new NodeProcess(name, scenario, t0, onEvent)
+      procs.set(name, seed)
+      const ready = await seed.start(join(SCENARIOS_DIR, 'seed.json'), [])
+      seedAddrs.set(name, ready.addresses[0])
+      line(Date.now(), name, `listening on ${ready.addresses[0]} (pid ${seed.pid})`)
+    }))
+    const seedAddr = seedAddrs.get('seed')
 
     // every scenario node; one that bootstraps from another's gateway waits for it
-    const specs = defs.flatMap(d => d.nodes.map(n => ({ ...n, scenario: d.name })))
+    const specs = defs.flatMap(d => d.nodes.map(n => ({ ...n, scenario: d.name, seed: d.ownNetwork === true ? `seed-${d.name}` : 'seed' })))
     const started = new Map()
     const startOne = async (spec) => {
       if (started.has(spec.name)) return started.get(spec.name)
       const p = (async () => {
         let config = join(SCENARIOS_DIR, spec.config)
-        let args = ['--bootstrap', seedAddr]
+        let args = ['--bootstrap', seedAddrs.get(spec.seed)]
         if (spec.bootstrapFromGateway != null) {
           // a node inside a domain network joins only that network, through
           // its gateway, which it names in its config (peer ids known now)
@@ -229,15 +236,34 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
       started.set(spec.name, p)
       return p
     }
-    await Promise.all(specs.map(startOne))
+    // the nodes of an `ownNetwork` scenario start while the first scenarios run: twenty processes starting at once held back the others' announcements
+    await Promise.all(specs.filter(s => s.seed === 'seed').map(startOne))
     summary.processes = procs.size
+    const later = specs.filter(s => s.seed !== 'seed')
+    let startingLater
 
     // every process is on 127.0.0.1: the driver, like the configs, exempts
     // loopback from the connection limits (nodes do not by default)
     driverNode = await createIoaNode({ bootstrap: [seedAddr], domain: 'people.example', transport: { allow: ['/ip4/127.0.0.1', '/ip6/::1'] } })
     line(Date.now(), 'driver', `user's phone joined the network (peer ${driverNode.transport.peerId.toString().slice(-8)})`)
 
-    for (const def of defs) {
+    for (const [i, def] of defs.entries()) {
+      if (i === 0 && later.length > 0) {
+        startingLater = Promise.all(later.map(startOne))
+        // a failure is reported when its scenario's turn comes
+        startingLater.catch(() => {})
+      }
+      if (def.ownNetwork === true) {
+        // the scenarios before it are over: their nodes stop, and the phone joins this scenario's network
+        print('')
+        const before = new Set(defs.slice(0, i).map(d => d.name))
+        const done = [...procs.values()].filter(p => before.has(p.scenario))
+        for (const p of done) p.quiet = true
+        await Promise.all([...done.map(p => p.stop().catch(() => {})), startingLater])
+        summary.processes = procs.size
+        await driverNode.transport.dial(multiaddr(seedAddrs.get(`seed-${def.name}`)), { signal: AbortSignal.timeout(10_000) })
+        line(Date.now(), 'driver', `${done.length} node processes of the scenarios before stopped; the phone joined the network of ${def.name}`)
+      }
       const started = Date.now()
       print('')
       print(`── ${def.title ?? def.name} ──`)

@@ -5,7 +5,7 @@
  * events (`events.ts`), config-to-init mapping (`config-init.ts`). Logs on
  * `ioa:node`.
  */
-import { RevocationStore, createOrchestrator, createRevocation, createRevocationService, createTaskService, createTeamService, delegate } from '@ioa/collab'
+import { RevocationStore, createAssignmentService, createOrchestrator, createRevocation, createRevocationService, createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { createInterconnect } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
 import { defaultLogger } from '@libp2p/logger'
@@ -17,7 +17,7 @@ import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
 import { attempt } from './logging.js'
 import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
-import type { FormOptions, Team, TeamGoalInit, TeamService, TeamsInit } from '@ioa/collab'
+import type { AssignmentService, AssignmentsInit, FormOptions, Team, TeamGoalInit, TeamService, TeamsInit } from '@ioa/collab'
 import type {
   DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
@@ -125,6 +125,15 @@ export interface IoaNodeInit {
   teams?: Omit<TeamsInit, 'datastore' | 'revocations'>
 
   /**
+   * Assignment options (`spec/teams.md` 10.6: reassignments, open and served
+   * assignments per team and per assignee, progress rate, entry, result and
+   * attempt timeouts)
+   *
+   * @default {}
+   */
+  assignments?: AssignmentsInit
+
+  /**
    * Revocation store quotas and flooding limits. The store trusts
    * `tasks.roots`, the agents hosted here and `isTrusted`; its `clockSkew`
    * defaults to `tasks.clockSkew`
@@ -222,6 +231,13 @@ export interface IoaNode {
   readonly tasks: TaskService
   /** Teams this node forms or is invited to (`spec/teams.md`) */
   readonly teams: TeamService
+  /**
+   * Assignments as tasks in the teams of this node's agents (`spec/teams.md`
+   * 10.6): assign, pause, results; the handlers of hosted agents are served
+   * through it, so a task that names a team assignment runs only if the
+   * team's log gives it to that agent, and posts its progress and result
+   */
+  readonly assignments: AssignmentService
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
@@ -285,6 +301,7 @@ class DefaultIoaNode implements IoaNode {
     readonly interconnect: Interconnect,
     readonly tasks: TaskService,
     readonly teams: TeamService,
+    readonly assignments: AssignmentService,
     readonly revocations: RevocationService,
     readonly revocationStore: RevocationStore,
     readonly datastore: Datastore,
@@ -311,7 +328,8 @@ class DefaultIoaNode implements IoaNode {
   async serve (agent: HostedAgent, handlers: Record<string, SkillHandler>): Promise<void> {
     for (const [skill, handler] of Object.entries(handlers)) {
       if (typeof handler !== 'function') throw new TypeError(`The handler of ${skill} is not a function`)
-      await this.tasks.serve(agent.did, skill, handler)
+      // tasks of team assignments are checked against the team's log; others run as they would
+      await this.assignments.serve(agent.did, skill, handler)
     }
   }
 
@@ -383,6 +401,7 @@ class DefaultIoaNode implements IoaNode {
     for (const o of this.orchestrators) await attempt(this.log, 'stopping an orchestrator', async () => { await o.stop() })
     this.orchestrators.clear()
     await this.stopGateway?.()
+    await attempt(this.log, 'stopping the assignments', async () => { await this.assignments.stop() })
     await this.teams.stop()
     await this.tasks.stop()
     await this.revocations.stop()
@@ -443,8 +462,9 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       datastore,
       revocations: { isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers) }
     })
+    const assignments = createAssignmentService({ logger: transport.logger, teams, tasks, interconnect }, init.assignments)
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
-    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, revocations, revocationStore, datastore, closeStore, keyStore, events)
+    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events)
     const log = transport.logger.forComponent('ioa:node')
     try {
       // teams answer invitations from the start, and stored teams resume

@@ -77,8 +77,9 @@ export async function invite (deps: FormationDeps, convener: Identity, team: str
   const { inviteTimeout } = deps.limits
   // a member's token lasts until the deadline, but never past the convener's own authority
   const expiresAt = Math.min(goal.deadline, ...extra.proofs.map(p => p.payload.exp))
+  // the token's direct proof is the chain's leaf (a member's sub-team: its own team token); the rest travels in `proofs`
   const token = await delegate(convener, {
-    audience: candidate.agent, capabilities: roleCapabilities(role, goal), expiresAt, proofs: extra.proofs
+    audience: candidate.agent, capabilities: roleCapabilities(role, goal), expiresAt, proofs: extra.proofs.slice(0, 1)
   }, { signal: extra.signal })
   const payload: InvitationPayload = {
     v: 1,

@@ -17,7 +17,7 @@
  * counts the peers that accepted the record (kad-dht's `ADD_PROVIDER`
  * responses) and the queries that failed; fewer than `minRecords` accepted
  * while some query failed is a failed announcement, tried again like one
- * (spec `interconnect.md` 6, "Checked announcements"). A walk with no failed
+ * (spec `interconnect.md` 4.3). A walk with no failed
  * query that reached fewer peers is complete: the network is that small.
  */
 import { Queue } from '@libp2p/utils'

@@ -74,7 +74,7 @@ export interface InterconnectInit {
   /**
    * Peers that must accept a DHT announcement. A walk whose queries failed
    * (timed out) and that stored the record on fewer peers is tried again
-   * (spec `interconnect.md` 6, "Checked announcements"); a walk without
+   * (spec `interconnect.md` 4.3); a walk without
    * failed queries is complete whatever it reached (a small network).
    *
    * @default 10

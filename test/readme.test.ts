@@ -403,7 +403,7 @@ describe('the README\'s ioa block', () => {
           expect(run.stdout).toContain('"stop"')
           submitted = { task: printed![1], to: printed![2] }
         }
-        if (/ioa discover /.test(line)) expect(run.stdout).toContain('Maps')
+        if (/ioa discover /.test(line)) expect(run.stdout, `${line}\n${run.stderr}`).toContain('Maps')
       }
       expect(submitted).toBeDefined()
     } finally {

@@ -10,15 +10,6 @@
  * while the routing table is still empty) is tried again after a backoff
  * (250 ms doubling up to 10 s, 20 retries), outside the pool, so waiting
  * retries hold no worker.
- *
- * A walk that "succeeds" may still have stored the record on few peers: when
- * its queries time out (a loaded node, many walks at once) the walk ends on
- * the few peers that answered, and kad-dht reports no error. The announcer
- * counts the peers that accepted the record (kad-dht's `ADD_PROVIDER`
- * responses) and the queries that failed; fewer than `minRecords` accepted
- * while some query failed is a failed announcement, tried again like one
- * (spec `interconnect.md` 4.3). A walk with no failed
- * query that reached fewer peers is complete: the network is that small.
  */
 import { Queue } from '@libp2p/utils'
 import pDefer from 'p-defer'
@@ -34,14 +25,6 @@ const PROVIDE_TIMEOUT = 30_000
 /** Retries of a failed announcement */
 const RETRIES = 20
 
-/**
- * Retries of an announcement whose walk stored the record on too few peers.
- * Such walks fail because the network (or this node) is loaded; walking over
- * and over would add to the load, so after these the record stays where the
- * last walk stored it (the reprovider walks again at half the record TTL).
- */
-const SHORT_RETRIES = 3
-
 /** Backoff of the retries: the first wait, doubling up to the last */
 const MIN_BACKOFF = 250
 const MAX_BACKOFF = 10_000
@@ -52,7 +35,6 @@ export class Announcer {
   private readonly provided = new Map<string, { cid: CID, refs: number }>()
   private readonly queue: Queue<void>
   private readonly concurrency: number
-  private readonly minRecords: number
   /** Announcements waiting for a worker, oldest first */
   private readonly waiting = new Map<string, CID>()
   /** Failed attempts so far, of the announcements not done yet */
@@ -64,11 +46,10 @@ export class Announcer {
   private idle?: DeferredPromise<void>
   private stopped = false
 
-  constructor (components: Pick<InterconnectComponents, 'contentRouting' | 'reprovider'>, log: Logger, concurrency: number, minRecords = 1) {
+  constructor (components: Pick<InterconnectComponents, 'contentRouting' | 'reprovider'>, log: Logger, concurrency: number) {
     this.components = components
     this.log = log
     this.concurrency = concurrency
-    this.minRecords = minRecords
     this.queue = new Queue({ concurrency })
   }
 
@@ -157,16 +138,8 @@ export class Announcer {
       return
     }
     try {
-      const { accepted, failed } = await this.walk(cid)
-      const attempt = this.attempts.get(key) ?? 0
-      if (accepted < this.minRecords && failed > 0) {
-        if (attempt < SHORT_RETRIES) {
-          throw new Error(`the walk stored the record on ${accepted} peer(s), fewer than ${this.minRecords}, and ${failed} of its queries failed`)
-        }
-        this.log('announced %s on %d peer(s) only, after %d short walks (%d failed queries in the last)', key, accepted, attempt + 1, failed)
-      } else if (this.log.enabled && this.wanted(key, cid)) {
-        this.log('announced %s on %d peer(s)', key, accepted)
-      }
+      await this.components.contentRouting.provide(cid, { signal: AbortSignal.timeout(PROVIDE_TIMEOUT) })
+      if (this.log.enabled && this.wanted(key, cid)) this.log('announced %s', key)
       this.done(key)
     } catch (err: any) {
       const attempt = (this.attempts.get(key) ?? 0) + 1
@@ -190,18 +163,6 @@ export class Announcer {
       timer.unref?.()
       this.retries.set(key, timer)
     }
-  }
-
-  /** One provide walk: how many peers accepted the record, and how many queries failed */
-  private async walk (cid: CID): Promise<{ accepted: number, failed: number }> {
-    let accepted = 0
-    let failed = 0
-    const onProgress = (evt: { type: string, detail?: any }): void => {
-      if (evt.type === 'kad-dht:query:peer-response' && evt.detail?.messageName === 'ADD_PROVIDER') accepted++
-      else if (evt.type === 'kad-dht:query:query-error') failed++
-    }
-    await this.components.contentRouting.provide(cid, { signal: AbortSignal.timeout(PROVIDE_TIMEOUT), onProgress })
-    return { accepted, failed }
   }
 
   private done (key: string): void {

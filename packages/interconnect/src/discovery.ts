@@ -9,7 +9,6 @@ import { Queue } from '@libp2p/utils'
 import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
 import { assertCapability, capabilityCid } from './capability.js'
-import { InterconnectError, PeerUnreachableError, RateLimitedError } from './errors.js'
 import { matchQuery } from './ranking.js'
 import type { InterconnectCaches } from './caches.js'
 import type { CardProtocol } from './card-protocol.js'
@@ -20,16 +19,6 @@ import type { Defaults } from './options.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
 import type { DiscoveredAgent, DiscoverOptions, DiscoverWait } from './types.js'
 import type { Logger, PeerInfo } from '@libp2p/interface'
-
-/**
- * Whether a failed card fetch is worth a second try: a timeout, a reset
- * stream or an unreachable peer may pass; a provider that answered with a
- * malformed or refused list will answer the same again
- */
-function retriable (err: unknown): boolean {
-  if (!(err instanceof InterconnectError)) return true
-  return err instanceof PeerUnreachableError || err instanceof RateLimitedError
-}
 
 /** Default time a lookup may take, in ms */
 export const LOOKUP_TIMEOUT = 10_000
@@ -172,7 +161,7 @@ export class Discovery {
     const cid = await capabilityCid(query.capability)
     const fetches = new Queue<void>({ concurrency: opts.fetchConcurrency })
     const fetched = new Set<string>()
-    const fetch = async (provider: PeerInfo, attempt = 1): Promise<void> => {
+    const fetch = async (provider: PeerInfo): Promise<void> => {
       const id = provider.id.toString()
       const started = performance.now()
       try {
@@ -190,38 +179,23 @@ export class Discovery {
           if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
         }
       } catch (err: any) {
-        // a provider that did not answer in time (a loaded peer) is asked again, within the lookup's time
-        if (attempt < opts.fetchAttempts && !signal.aborted && retriable(err)) {
-          this.log('lookup of %s asks provider %s again (attempt %d failed: %s)', query.capability, id, attempt, err?.message ?? err)
-          await fetch(provider, attempt + 1)
-          return
-        }
         // unreachable or misbehaving provider: skip it
         this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
       }
     }
-    // a walk some of whose queries failed (timed out) may have ended before
-    // the peers that hold the record: walk again, up to `lookupWalks` times
-    // (spec `interconnect.md` 7, "Walking again")
-    for (let walk = 1; walk <= opts.lookupWalks && !signal.aborted; walk++) {
-      let failed = 0
-      const onProgress = (evt: { type: string }): void => { if (evt.type === 'kad-dht:query:query-error') failed++ }
-      try {
-        for await (const provider of components.contentRouting.findProviders(cid, { signal, onProgress })) {
-          const id = provider.id.toString()
-          if (id === self || fetched.has(id)) continue
-          fetched.add(id)
-          await rememberAddresses(components.peerStore, provider, this.log)
-          await fetches.onSizeLessThan(opts.fetchConcurrency)
-          // `fetch` never rejects
-          void fetches.add(async () => { await fetch(provider) })
-        }
-      } catch (err: any) {
-        // the walk was aborted or ran out of peers: keep what was found
-        this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
+    try {
+      for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
+        const id = provider.id.toString()
+        if (id === self || fetched.has(id)) continue
+        fetched.add(id)
+        await rememberAddresses(components.peerStore, provider, this.log)
+        await fetches.onSizeLessThan(opts.fetchConcurrency)
+        // `fetch` never rejects
+        void fetches.add(async () => { await fetch(provider) })
       }
-      if (failed === 0) break
-      if (walk < opts.lookupWalks && !signal.aborted) this.log('walk %d for %s had %d failed queries (%d providers so far): walking again', walk, query.capability, failed, fetched.size)
+    } catch (err: any) {
+      // the walk was aborted or ran out of peers: keep what was found
+      this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
     }
     await fetches.onIdle()
   }

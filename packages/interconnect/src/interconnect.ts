@@ -68,7 +68,7 @@ class DefaultInterconnect implements InterconnectService {
     this.log = logger.forComponent(prefix)
     this.caches = new InterconnectCaches(this.opts)
     this.history = new HistoryBook(this.opts.maxHistory)
-    this.announcer = new Announcer(components, logger.forComponent(`${prefix}:announce`), this.opts.announceConcurrency, this.opts.announceMinRecords)
+    this.announcer = new Announcer(components, logger.forComponent(`${prefix}:announce`), this.opts.announceConcurrency)
     this.directory = new Directory({
       components,
       keys: init.keys ?? new KeyStore(init.datastore ?? new MemoryDatastore()),

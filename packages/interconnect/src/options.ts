@@ -12,10 +12,7 @@ export interface Defaults {
   publish: boolean
   announceAgentIds: boolean
   announceConcurrency: number
-  announceMinRecords: number
   fetchConcurrency: number
-  lookupWalks: number
-  fetchAttempts: number
   requestTimeout: number
   clockSkew: number
   maxCachedLookups: number
@@ -36,10 +33,7 @@ export function resolveOptions (init: InterconnectInit): Defaults {
     publish: init.publish ?? true,
     announceAgentIds: init.announceAgentIds ?? true,
     announceConcurrency: init.announceConcurrency ?? 8,
-    announceMinRecords: init.announceMinRecords ?? 10,
     fetchConcurrency: init.fetchConcurrency ?? 8,
-    lookupWalks: init.lookupWalks ?? 3,
-    fetchAttempts: init.fetchAttempts ?? 3,
     requestTimeout: init.requestTimeout ?? 5_000,
     clockSkew: init.clockSkew ?? 60_000,
     maxCachedLookups: init.maxCachedLookups ?? 256,
@@ -56,7 +50,7 @@ export function resolveOptions (init: InterconnectInit): Defaults {
     throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
     }
   }
-  for (const key of ['maxCachedLookups', 'maxCachedRoutes', 'maxCacheBytes', 'maxResultsPerLookup', 'maxHistory', 'announceMinRecords', 'lookupWalks', 'fetchAttempts'] as const) {
+  for (const key of ['maxCachedLookups', 'maxCachedRoutes', 'maxCacheBytes', 'maxResultsPerLookup', 'maxHistory'] as const) {
     const v = opts[key]
     if (!Number.isInteger(v) || v < 1) throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
   }

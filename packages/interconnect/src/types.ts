@@ -72,16 +72,6 @@ export interface InterconnectInit {
   announceConcurrency?: number
 
   /**
-   * Peers that must accept a DHT announcement. A walk whose queries failed
-   * (timed out) and that stored the record on fewer peers is tried again
-   * (spec `interconnect.md` 4.3); a walk without
-   * failed queries is complete whatever it reached (a small network).
-   *
-   * @default 10
-   */
-  announceMinRecords?: number
-
-  /**
    * Outer peer ids of this domain's gateways. Hosted agents' cards list them,
    * so that the gateways may serve the cards and forward to the agents.
    *
@@ -117,25 +107,6 @@ export interface InterconnectInit {
    * @default 8
    */
   fetchConcurrency?: number
-
-  /**
-   * DHT walks of one lookup at most: a walk some of whose queries failed
-   * (timed out) may have ended before the peers that hold the record, so the
-   * lookup walks again, within its timeout (spec `interconnect.md` 7,
-   * "Walking again"). A walk without failed queries is the last.
-   *
-   * @default 3
-   */
-  lookupWalks?: number
-
-  /**
-   * Times a lookup asks one provider for its cards: a fetch that timed out,
-   * or found the provider unreachable, is tried again within the lookup's
-   * timeout (spec `interconnect.md` 7, "Walking again")
-   *
-   * @default 3
-   */
-  fetchAttempts?: number
 
   /**
    * Timeout of one card fetch or delivery hop, in ms

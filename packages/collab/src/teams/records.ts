@@ -14,7 +14,7 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { signWith } from '../auth/ed25519.js'
 import { defaultVerificationCache } from '../auth/verification-cache.js'
 import { InvalidMessageError, InvalidRosterError, InvalidTeamRecordError } from './errors.js'
-import { checkFields, checkTextList } from './schema.js'
+import { checkFields, checkSigned, checkTextList } from './schema.js'
 import type { Fields } from './schema.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { CollabError } from '../errors.js'
@@ -102,7 +102,6 @@ export async function cidOfBytes (bytes: Uint8Array): Promise<string> {
   return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
 }
 
-/** The encoded size of a value */
 export interface WatchPayload {
   v: 1
   team: string
@@ -126,17 +125,11 @@ export function parseWatch (value: unknown): Watch {
   return r as unknown as Watch
 }
 
+/** The encoded size of a value */
 export function encodedSize (value: unknown): number {
   return dagCbor.encode(value).byteLength
 }
 
-const SIGNED_FIELDS: Fields = { payload: { kind: 'map' }, sig: { kind: 'bytes', max: 64 } }
-
-function checkSigned (value: unknown, what: string, Err: new (message?: string) => CollabError): { payload: Record<string, unknown>, sig: Uint8Array } {
-  const v = checkFields(value, SIGNED_FIELDS, what, Err)
-  if ((v.sig as Uint8Array).byteLength !== 64) throw new Err(`${what}.sig must be 64 bytes`)
-  return v as { payload: Record<string, unknown>, sig: Uint8Array }
-}
 
 const did = { kind: 'text', max: 128, pattern: /^did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}$/ } as const
 const teamId = { kind: 'text', max: 27, pattern: TEAM_ID } as const

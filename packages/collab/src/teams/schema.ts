@@ -39,7 +39,8 @@ export function checkFields (value: unknown, fields: Fields, what: string, Err: 
   for (const key in value) {
     if (!Object.hasOwn(fields, key)) throw new Err(`${what} has an unknown field "${key}"`)
   }
-  for (const [key, spec] of entriesOf(fields)) {
+  for (const key in fields) {
+    const spec = fields[key]
     const v = value[key]
     if (v === undefined) {
       if (spec.required !== false) throw new Err(`${what} lacks "${key}"`)
@@ -49,18 +50,6 @@ export function checkFields (value: unknown, fields: Fields, what: string, Err: 
     if (problem != null) throw new Err(`${what}.${key} ${problem}`)
   }
   return value
-}
-
-/** The tables are module constants: their entries are listed once (a record is parsed per entry a member takes) */
-const listed = new WeakMap<Fields, Array<[string, FieldSpec]>>()
-
-function entriesOf (fields: Fields): Array<[string, FieldSpec]> {
-  let list = listed.get(fields)
-  if (list == null) {
-    list = Object.entries(fields)
-    listed.set(fields, list)
-  }
-  return list
 }
 
 function fieldProblem (v: unknown, spec: FieldSpec): string | undefined {
@@ -111,3 +100,12 @@ export function checkTextList (list: unknown[], what: string, Err: ErrorClass, o
   }
   return list as string[]
 }
+
+/** A signed record's envelope `{ payload, sig }`: a map payload and a 64-byte Ed25519 signature */
+export function checkSigned (value: unknown, what: string, Err: ErrorClass): { payload: Record<string, unknown>, sig: Uint8Array } {
+  const v = checkFields(value, SIGNED_FIELDS, what, Err)
+  if ((v.sig as Uint8Array).byteLength !== 64) throw new Err(`${what}.sig must be 64 bytes`)
+  return v as { payload: Record<string, unknown>, sig: Uint8Array }
+}
+
+const SIGNED_FIELDS: Fields = { payload: { kind: 'map' }, sig: { kind: 'bytes', max: 64 } }

@@ -10,7 +10,7 @@ import { base32 } from 'multiformats/bases/base32'
 import { parseConstraints } from '../../auth/delegation.js'
 import { InvalidTeamRecordError } from '../errors.js'
 import { NONCE, newId, signRecord } from '../records.js'
-import { checkFields } from '../schema.js'
+import { checkFields, checkSigned as checkSignedShape } from '../schema.js'
 import type { Signed } from '../records.js'
 import type { Fields } from '../schema.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -132,8 +132,7 @@ const AWARD_FIELDS: Fields = { v: version, cfp: cid, proposal: cid, from: did, t
 const COMMITMENT_FIELDS: Fields = { v: version, award: cid, from: did, ts: time }
 
 function checkSigned (value: unknown, what: string, fields: Fields): Record<string, unknown> {
-  const r = checkFields(value, { payload: { kind: 'map' }, sig: { kind: 'bytes', max: 64 } }, what, InvalidTeamRecordError)
-  if ((r.sig as Uint8Array).byteLength !== 64) throw new InvalidTeamRecordError(`${what}.sig must be 64 bytes`)
+  const r = checkSignedShape(value, what, InvalidTeamRecordError)
   const p = checkFields(r.payload, fields, `${what}.payload`, InvalidTeamRecordError)
   for (const key of ['from', 'to']) {
     if (p[key] !== undefined && !isDid(p[key])) throw new InvalidTeamRecordError(`${what}.${key} is not a did:key`)

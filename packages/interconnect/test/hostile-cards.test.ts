@@ -61,7 +61,10 @@ describe('cards under attack over TCP', () => {
     // from the future became an ordinary one, and only the skew rule is checked
     const stillFuture = future.card.card.issuedAt > Date.now() + 60_000
     // the real agent ranks first; no card issued beyond the skew is returned
-    expect(found.map(r => r.card.id).slice(0, 2)).toEqual([real.did, fake.did])
+    // (when the rogue's node re-signed both of its cards at its real time,
+    // they tie and either may rank second)
+    expect(found[0].card.id).toBe(real.did)
+    expect(found.slice(1).map(r => r.card.id).sort()).toEqual((stillFuture ? [fake.did] : [fake.did, future.did]).sort())
     for (const r of found) expect(r.card.issuedAt).toBeLessThanOrEqual(Date.now() + 60_000)
     expect(found.map(r => r.card.id)).toHaveLength(stillFuture ? 2 : 3)
     expect(found[0].history?.successes).toBe(3)

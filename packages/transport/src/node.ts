@@ -223,6 +223,27 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
 }
 
 /**
+ * kad-dht holds every query until its first self-query has ended, not only
+ * until the routing table has a peer (which it also waits for, and keeps
+ * waiting for). On a fresh node that self-query dials the ~20 peers closest
+ * to it: about a third of a second on loopback that the newcomer's first
+ * lookup spent idle (spec/transport.md 1, joining). The hold is a deferred
+ * promise on kad-dht's query manager, with no option to skip it short of
+ * `allowQueryWithZeroPeers`, which also drops the wait for the first peer
+ * and lets the first self-query run on an empty table; so the hold alone is
+ * lifted here. Checked against @libp2p/kad-dht 16.4.5: when the field is not
+ * found (another version), nothing changes and queries wait as before.
+ */
+function releaseFirstQueries (node: TransportNode): void {
+  const manager = (node.services.dht as unknown as { queryManager?: { initialQuerySelfHasRun?: unknown } }).queryManager
+  if (manager != null && 'initialQuerySelfHasRun' in manager) {
+    manager.initialQuerySelfHasRun = undefined
+  } else {
+    log('kad-dht has no initial self-query hold where expected; first lookups wait for the first self-query')
+  }
+}
+
+/**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
  * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
  * service; in a private network, the pre-shared-key connection protector.
@@ -286,7 +307,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           // every query waits for the first self-query; kad-dht starts it 1 s
           // after start-up by default, a second that every new node spent
           // idle before its first lookup. The self-query itself waits for
-          // the first routing table peer, so it can start at once.
+          // the first routing table peer, so it can start at once. (Queries
+          // do not wait for it to end either: releaseFirstQueries below.)
           initialQuerySelfInterval: 0,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
@@ -321,6 +343,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     }
 
     await seedBootstrapPeers(node, init.bootstrap ?? [])
+    releaseFirstQueries(node)
 
     if (init.start !== false) {
       await node.start()

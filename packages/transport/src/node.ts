@@ -244,6 +244,28 @@ function releaseFirstQueries (node: TransportNode): void {
 }
 
 /**
+ * Put the node's own addresses in its peer store as soon as a transport
+ * listens. libp2p's address manager writes them 1 s (a debounce) after the
+ * first listener: until then the node's own record has no addresses, and
+ * kad-dht leaves a provider without addresses out of its GET_PROVIDERS
+ * answers, so in that second a node did not name itself as the provider of
+ * what it had just announced. A peer that asked it right away (a two-node
+ * network, before the fire-and-forget ADD_PROVIDER had been stored) got no
+ * provider at all. The address manager's own write follows with the same
+ * addresses.
+ */
+function recordOwnAddresses (node: Libp2p): void {
+  const self = node.peerId.toString()
+  node.addEventListener('transport:listening', () => {
+    const multiaddrs = node.getMultiaddrs().map(ma => ma.getComponents().findLast(c => c.code === CODE_P2P)?.value === self ? ma.decapsulate(`/p2p/${self}`) : ma)
+    node.peerStore.patch(node.peerId, { multiaddrs }).catch((err: any) => {
+      // the address manager writes them again within a second
+      log('could not record the own addresses yet: %s', err?.message ?? err)
+    })
+  })
+}
+
+/**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
  * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
  * service; in a private network, the pre-shared-key connection protector.
@@ -343,6 +365,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     }
 
     await seedBootstrapPeers(node, init.bootstrap ?? [])
+    recordOwnAddresses(node)
     releaseFirstQueries(node)
 
     if (init.start !== false) {

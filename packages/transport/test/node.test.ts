@@ -6,6 +6,8 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { MemoryDatastore } from 'datastore-core'
+import { CID } from 'multiformats/cid'
+import { sha256 } from 'multiformats/hashes/sha2'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode, IOA_DHT_PROTOCOL } from '../src/index.js'
 import { delay, expectErrorName, until } from '../../../test/util.js'
@@ -215,6 +217,22 @@ describe('createTransportNode', () => {
       if (event.name === 'FINAL_PEER') peers++
     }
     expect(peers).toBeGreaterThan(0)
+  })
+
+  it('names itself as a provider from its first moment: its own peer record has its addresses as soon as it listens', async () => {
+    const a = await makeNode(tcpInit())
+    // libp2p's address manager writes them 1 s after start; kad-dht drops a
+    // provider without addresses from its answers, the node's own record included
+    const own = await a.peerStore.get(a.peerId)
+    expect(own.addresses.map(x => x.multiaddr.toString()).sort()).toEqual(a.getMultiaddrs().map(m => m.decapsulate(`/p2p/${a.peerId.toString()}`).toString()).sort())
+
+    // a record kept only on `a` (its walk is cut short: no peer yet)
+    const cid = CID.createV1(0x55, await sha256.digest(new TextEncoder().encode(`own-record-${process.pid}-${Date.now()}`)))
+    await a.contentRouting.provide(cid, { signal: AbortSignal.timeout(100) }).catch(() => {})
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()] })
+    const found: string[] = []
+    for await (const p of b.contentRouting.findProviders(cid, { signal: AbortSignal.timeout(10_000) })) found.push(p.id.toString())
+    expect(found).toContain(a.peerId.toString())
   })
 
   it('rejects an unknown transport name with InvalidArgumentError', async () => {

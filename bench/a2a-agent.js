@@ -13,7 +13,7 @@ import { UserBuilder, agentCardHandler, jsonRpcHandler } from '@a2a-js/sdk/serve
 import express from 'express'
 
 /** A text part as the SDK's v1.0 types spell it */
-export function textPart (text) {
+function textPart (text) {
   return { content: { $case: 'text', value: text }, metadata: undefined, filename: '', mediaType: 'text/plain' }
 }
 

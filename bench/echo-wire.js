@@ -1,6 +1,6 @@
 /**
  * The echo ends the benchmarks share (bench/index.js `echo` group in one
- * process, bench/task.js across two): a bare long-lived libp2p stream with
+ * process, bench/task-paths.js across two): a bare long-lived libp2p stream with
  * `lpStream` framing or read through its 'message' events, and a plain
  * `node:net` socket with the same varint length-prefixed framing. Every
  * client is ordered: the answer to a call is the next frame read.
@@ -10,9 +10,9 @@ import { once } from 'node:events'
 import { lpStream } from '@libp2p/utils'
 
 export const ECHO_PROTOCOL = '/bench/echo/1.0.0'
-export const MAX_FRAME = 1_048_576
+const MAX_FRAME = 1_048_576
 
-export function deferred () {
+function deferred () {
   let resolve
   let reject
   const promise = new Promise((res, rej) => {
@@ -45,7 +45,7 @@ export function serveLpEcho (stream) {
  * A client of an ordered echo: every call writes one frame and is answered by
  * the next frame read (responses come back in request order)
  */
-export function orderedClient (write) {
+function orderedClient (write) {
   const waiting = []
   let head = 0
   let failure
@@ -94,7 +94,7 @@ function encodeVarint (n) {
 
 
 /** `varint length || payload` as one buffer */
-export function frame (payload) {
+function frame (payload) {
   const prefix = encodeVarint(payload.byteLength)
   const buf = Buffer.allocUnsafe(prefix.length + payload.byteLength)
   for (let i = 0; i < prefix.length; i++) buf[i] = prefix[i]
@@ -107,7 +107,7 @@ export function frame (payload) {
  * A decoder of varint-length-prefixed frames from socket chunks; calls
  * `onFrame(body)` for every complete frame
  */
-export function frameDecoder (onFrame) {
+function frameDecoder (onFrame) {
   let pending = null
   return (chunk) => {
     const buf = pending == null ? chunk : Buffer.concat([pending, chunk])

@@ -21,7 +21,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { ECHO_PROTOCOL, eventsEchoClient, lpEchoClient, netEchoClient, serveEventsEcho, serveLpEcho, startNetEchoServer } from './echo-wire.js'
 
 /** Bytes of every call's payload */
-export const PAYLOAD_BYTES = 100
+const PAYLOAD_BYTES = 100
 const LISTEN = ['/ip4/127.0.0.1/tcp/0']
 const TRANSPORT = { transports: ['tcp'], listen: LISTEN }
 const MESSAGING_PROTOCOL = '/ioa/bench-task/1.0.0'

@@ -33,6 +33,11 @@ const PATHS = ['task-envelope', 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a'
 const LIBP2P_VARIANTS = ['libp2p-lp', 'libp2p-events']
 /** Concurrent callers of the throughput rows */
 const DEPTH = 16
+/**
+ * `--quick` still warms every path this much: fewer calls leave the task
+ * path's code unoptimised, and the quick figures would mislead
+ */
+const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500 }
 
 /** metric name → [field of compareCrossProcess, unit, true when more is better] */
 const METRICS = {
@@ -103,7 +108,8 @@ function toRows (m) {
 export const taskGroup = {
   name: 'task',
   title: `the task path across two OS processes on TCP 127.0.0.1, ~100 B checked per call (baseline: the cheaper bare libp2p 3 stream; ${DEPTH} callers for throughput; CPU of both processes)`,
-  async run ({ profile, paths: only, progress }) {
+  async run ({ profile: base, quick, paths: only, progress }) {
+    const profile = quick ? { ...base, ...QUICK_WARMUP } : base
     const names = selectPaths(only)
     const t0 = performance.now()
     progress(`starting a server and a client process for each of ${names.join(', ')}`)

@@ -28,7 +28,8 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { createIoaNode } from '@ioa/node'
-import { percentile } from './measure.js'
+import { startChild } from './child.js'
+import { median, row } from './measure.js'
 
 const NETWORK_SIZE = 10
 const CAPABILITY = 'bench.cold.echo'
@@ -41,14 +42,6 @@ const STEP_TIMEOUT = 60_000
 const PROFILES = { default: { trials: 9 }, quick: { trials: 5 } }
 
 const here = (file) => fileURLToPath(new URL(file, import.meta.url))
-
-function row (name, value, unit, baseline, target) {
-  const r = { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null }
-  if (target != null) r.target = target
-  return r
-}
-
-const median = (xs) => percentile([...xs].sort((a, b) => a - b), 50)
 
 /** Run `node [execArgv] file ...args` (`file` relative to this directory, or absolute), resolve with the parsed last stdout line */
 async function runChild (file, args, execArgv = process.execArgv) {
@@ -64,25 +57,15 @@ async function runChild (file, args, execArgv = process.execArgv) {
   return JSON.parse(stdout.trim().split('\n').pop())
 }
 
-/** The A2A server in its own process; resolves with its URL and a stop function */
+/** The A2A server in its own process (bench/child.js); resolves with its URL and a stop function */
 async function startA2AServer () {
-  const child = spawn(process.execPath, [here('./cold/a2a-server.js')], { stdio: ['pipe', 'pipe', 'inherit'] })
-  let buffer = ''
-  const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { reject(new Error('the A2A server did not start')) }, STEP_TIMEOUT)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`the A2A server exited with ${code}`)) })
-    child.stdout.on('data', (d) => {
-      buffer += d
-      if (buffer.includes('\n')) { clearTimeout(timer); resolve(JSON.parse(buffer.split('\n')[0]).url) }
-    })
-  })
-  return {
-    url,
-    stop: async () => {
-      const exited = once(child, 'exit')
-      child.stdin.end()
-      await exited
-    }
+  const child = startChild(new URL('./cold/a2a-server.js', import.meta.url), [])
+  try {
+    const { url } = await child.next(STEP_TIMEOUT)
+    return { url, stop: child.stop }
+  } catch (err) {
+    await child.stop()
+    throw err
   }
 }
 

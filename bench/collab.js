@@ -28,14 +28,11 @@ import { createOrchestrator, createTaskService, delegate } from '@ioa/collab'
 import { criticalPath } from '@ioa/collab/wire'
 import { benchChainVerify } from './collab-chain.js'
 import { benchReplayCache } from './collab-replay.js'
+import { row } from './measure.js'
 
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 
 const BENCH_PROTOCOL = '/ioa/bench-collab/1.0.0'
-
-function row (name, value, unit, baseline, target) {
-  return { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null, ...(target != null ? { target } : {}) }
-}
 
 function median (values) {
   const s = [...values].sort((a, b) => a - b)

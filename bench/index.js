@@ -16,19 +16,18 @@
  * The process always exits 0 unless a benchmark crashed: targets are
  * reported, not enforced.
  */
-import net from 'node:net'
 import os from 'node:os'
-import { once } from 'node:events'
 import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
-import { lpStream } from '@libp2p/utils'
 import { discoveryGroup, hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'
 import { percentile, pipelined, rotate } from './measure.js'
+import { ECHO_PROTOCOL, lpEchoClient, netEchoClient, serveLpEcho, startNetEchoServer } from './echo-wire.js'
 import { nodeGroup } from './node.js'
 import { soakGroup } from './soak.js'
 import { coldGroup } from './cold.js'
 import { teamGroup } from './teams.js'
+import { taskGroup } from './task.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -125,16 +124,6 @@ function parseOptions (argv) {
 // ---------------------------------------------------------------------------
 // measurement helpers
 
-function deferred () {
-  let resolve
-  let reject
-  const promise = new Promise((res, rej) => {
-    resolve = res
-    reject = rej
-  })
-  return { promise, resolve, reject }
-}
-
 function checkEcho (sent, received) {
   if (received?.byteLength !== sent.byteLength) {
     throw new Error(`Echo returned ${received?.byteLength} bytes, sent ${sent.byteLength}`)
@@ -221,8 +210,6 @@ function withBaselines (rows, baselinePath) {
 // server and returns `{ call, close }`
 
 const MESSAGING_PROTOCOL = '/ioa/bench/1.0.0'
-const ECHO_PROTOCOL = '/bench/echo/1.0.0'
-const MAX_FRAME = 1_048_576
 
 /** (1) @ioa/transport messaging request/response to an echo handler */
 async function openTransportPath ({ server, client }) {
@@ -237,185 +224,29 @@ async function openTransportPath ({ server, client }) {
   }
 }
 
-/** Echo every length-prefixed frame of an inbound libp2p stream, in order */
-function serveLpEcho (stream) {
-  const lp = lpStream(stream, { maxDataLength: MAX_FRAME })
-  ;(async () => {
-    try {
-      while (true) {
-        await lp.write(await lp.read())
-      }
-    } catch {
-      // the client closed its side (EOF) or the node is stopping
-    }
-    try {
-      await stream.close({ signal: AbortSignal.timeout(1_000) })
-    } catch (err) {
-      stream.abort(err)
-    }
-  })()
-}
-
-/**
- * A client of an ordered echo: every call writes one frame and is answered by
- * the next frame read (responses come back in request order)
- */
-function orderedClient (write) {
-  const waiting = []
-  let head = 0
-  let failure
-  const fail = (err) => {
-    failure ??= err
-    for (let i = head; i < waiting.length; i++) {
-      waiting[i]?.reject(failure)
-    }
-    waiting.length = 0
-    head = 0
-  }
-  const answer = (bytes) => {
-    const d = waiting[head]
-    if (d == null) {
-      fail(new Error('Echo answered a frame nobody sent'))
-      return
-    }
-    waiting[head++] = undefined
-    if (head > 1024 && head * 2 > waiting.length) {
-      waiting.splice(0, head)
-      head = 0
-    }
-    d.resolve(bytes)
-  }
-  const call = (payload) => {
-    if (failure != null) {
-      return Promise.reject(failure)
-    }
-    const d = deferred()
-    waiting.push(d)
-    write(payload).catch(fail)
-    return d.promise
-  }
-  return { call, answer, fail }
-}
-
 /** (2) one long-lived bare libp2p stream, `lpStream` framing, echo server */
 async function openLibp2pPath ({ server, client }) {
   await server.handle(ECHO_PROTOCOL, (stream) => { serveLpEcho(stream) })
   const stream = await client.dialProtocol(server.peerId, ECHO_PROTOCOL, { signal: AbortSignal.timeout(10_000) })
-  const lp = lpStream(stream, { maxDataLength: MAX_FRAME })
-  let closing = false
-  const echo = orderedClient((payload) => lp.write(payload))
-  const reader = (async () => {
-    try {
-      while (true) {
-        echo.answer(await lp.read())
-      }
-    } catch (err) {
-      echo.fail(closing ? new Error('closed') : err)
-    }
-  })()
+  const echo = lpEchoClient(stream)
   return {
-    call: (payload) => echo.call(payload),
+    call: echo.call,
     close: async () => {
-      closing = true
-      try {
-        await stream.close({ signal: AbortSignal.timeout(2_000) })
-      } catch (err) {
-        stream.abort(err)
-      }
-      await reader
+      await echo.close()
       await server.unhandle(ECHO_PROTOCOL)
     }
   }
 }
 
-function encodeVarint (n) {
-  const out = []
-  while (n >= 0x80) {
-    out.push((n & 0x7f) | 0x80)
-    n = Math.floor(n / 128)
-  }
-  out.push(n)
-  return out
-}
-
-/** `varint length || payload` as one buffer */
-function frame (payload) {
-  const prefix = encodeVarint(payload.byteLength)
-  const buf = Buffer.allocUnsafe(prefix.length + payload.byteLength)
-  for (let i = 0; i < prefix.length; i++) buf[i] = prefix[i]
-  buf.set(payload, prefix.length)
-  return buf
-}
-
-/**
- * A decoder of varint-length-prefixed frames from socket chunks; calls
- * `onFrame(body)` for every complete frame
- */
-function frameDecoder (onFrame) {
-  let pending = null
-  return (chunk) => {
-    const buf = pending == null ? chunk : Buffer.concat([pending, chunk])
-    let offset = 0
-    while (offset < buf.length) {
-      let length = 0
-      let shift = 0
-      let i = offset
-      let complete = false
-      while (i < buf.length) {
-        const b = buf[i++]
-        length += (b & 0x7f) * 2 ** shift
-        shift += 7
-        if (b < 0x80) {
-          complete = true
-          break
-        }
-        if (shift > 28) {
-          throw new Error('Frame length prefix too long')
-        }
-      }
-      if (!complete || buf.length - i < length) {
-        break
-      }
-      if (length > MAX_FRAME) {
-        throw new Error(`Frame of ${length} bytes is too large`)
-      }
-      onFrame(buf.subarray(i, i + length))
-      offset = i + length
-    }
-    pending = offset < buf.length ? buf.subarray(offset) : null
-  }
-}
-
 /** (3) a plain `node:net` socket, same framing: the physical limit */
 async function openNetPath () {
-  const sockets = new Set()
-  const server = net.createServer((socket) => {
-    sockets.add(socket)
-    socket.setNoDelay(true)
-    socket.on('close', () => { sockets.delete(socket) })
-    socket.on('error', () => {})
-    socket.on('data', frameDecoder((body) => { socket.write(frame(body)) }))
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address()
-
-  const socket = net.connect({ host: '127.0.0.1', port })
-  socket.setNoDelay(true)
-  await once(socket, 'connect')
-  const echo = orderedClient(async (payload) => { socket.write(frame(payload)) })
-  socket.on('data', frameDecoder((body) => { echo.answer(body) }))
-  socket.on('error', (err) => { echo.fail(err) })
-  socket.on('close', () => { echo.fail(new Error('closed')) })
-
+  const server = await startNetEchoServer()
+  const echo = await netEchoClient(server.port)
   return {
-    call: (payload) => echo.call(payload),
+    call: echo.call,
     close: async () => {
-      const closed = once(socket, 'close')
-      socket.end()
-      await closed
-      for (const s of sockets) s.destroy()
-      await new Promise(resolve => { server.close(() => { resolve() }) })
+      await echo.close()
+      await server.close()
     }
   }
 }
@@ -488,6 +319,7 @@ const GROUPS = [
   nodeGroup,
   coldGroup,
   teamGroup,
+  taskGroup,
   // only when asked for (`--group soak`): it runs for over a minute
   soakGroup
 ]

@@ -32,3 +32,19 @@ export async function pipelined (call, { depth, ms, input, check }) {
   }))
   return { done, elapsed: performance.now() - t0 }
 }
+
+/**
+ * A result row: `ratio` is `value / baseline` (null without a baseline);
+ * `target` is `{ max }` / `{ min }` on the ratio or `{ maxValue }` /
+ * `{ minValue }` on the value (bench/index.js `verdict`)
+ */
+export function row (name, value, unit, baseline, target) {
+  const r = { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null }
+  if (target != null) r.target = target
+  return r
+}
+
+/** Median of unsorted numbers (NaN for none) */
+export function median (xs) {
+  return percentile([...xs].sort((a, b) => a - b), 50)
+}

@@ -24,7 +24,7 @@ import { delegate } from '@ioa/collab'
 import { createIdentity } from '@ioa/interconnect'
 import { createIoaNode, startExternalAgent } from '@ioa/node'
 import { createTransportNode } from '@ioa/transport'
-import { percentile, pipelined, rotate } from './measure.js'
+import { percentile, pipelined, rotate, row } from './measure.js'
 
 const LISTEN = ['/ip4/127.0.0.1/tcp/0']
 /** Both kinds of node get the same transports, so start-up compares like with like */
@@ -68,10 +68,6 @@ process.stdin.on('data', (chunk) => {
 })
 process.stdin.on('end', () => { process.exit(0) })
 `
-
-function row (name, value, unit, baseline) {
-  return { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null }
-}
 
 async function until (fn, timeout, what) {
   const end = Date.now() + timeout

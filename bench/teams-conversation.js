@@ -29,7 +29,7 @@ import { createAssignmentService, createTaskService, createTeamService, delegate
 import { encode } from '@ipld/dag-cbor'
 import { multiaddr } from '@multiformats/multiaddr'
 import { startChild } from './child.js'
-import { rotate } from './measure.js'
+import { rotate, row } from './measure.js'
 
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 const TEAM_INIT = { heartbeat: 1_000, ackInterval: 250, rate: 10_000, burst: 10_000 }
@@ -88,10 +88,6 @@ async function knownWork (input) {
   let digest = ''
   for (let i = 0; i < work; i++) digest = createHash('sha256').update(BUFFER).update(digest).digest('hex')
   return { digest }
-}
-
-function row (name, value, unit, baseline, target) {
-  return { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null, ...(target != null ? { target } : {}) }
 }
 
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)] }

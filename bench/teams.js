@@ -31,16 +31,12 @@ import { createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { signTeamRecord, verifyTeamRecord, newMessageId } from '@ioa/collab/wire'
 import { multiaddr } from '@multiformats/multiaddr'
 import { startChild } from './child.js'
-import { percentile, rotate } from './measure.js'
+import { percentile, rotate, row } from './measure.js'
 import { conversation } from './teams-conversation.js'
 
 const FANOUT = '/ioa/bench-team-fanout/1.0.0'
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 const now = () => performance.timeOrigin + performance.now()
-
-function row (name, value, unit, baseline, target) {
-  return { name, value, unit, baseline, ratio: baseline != null && baseline !== 0 ? value / baseline : null, ...(target != null ? { target } : {}) }
-}
 
 async function until (fn, timeout, what) {
   const start = Date.now()

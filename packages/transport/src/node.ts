@@ -9,9 +9,10 @@ import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
-import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
+import { loadGossipsub, loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
+import type { GossipSub } from '@libp2p/gossipsub'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
@@ -159,6 +160,16 @@ export interface TransportNodeInit {
   connectionGater?: ConnectionGater
 
   /**
+   * Run a gossipsub router as the `pubsub` service (signed messages only:
+   * every message carries its sender's peer key and signature, and an
+   * unsigned one is dropped). The interconnect announces capabilities on it
+   * (spec/interconnect.md, section 12). `false` leaves it out.
+   *
+   * @default true
+   */
+  pubsub?: boolean | PubsubInit
+
+  /**
    * Options of the messaging service
    *
    * @default {}
@@ -173,11 +184,32 @@ export interface TransportNodeInit {
   start?: boolean
 }
 
+/** Options of the `pubsub` service (a subset of gossipsub's) */
+export interface PubsubInit {
+  /**
+   * Largest gossipsub RPC (one length-prefixed frame of messages and
+   * control data) read from a peer, in bytes; a longer one closes that
+   * peer's stream
+   *
+   * @default 1_048_576
+   */
+  maxRpcBytes?: number
+
+  /**
+   * Interval of the gossipsub heartbeat (mesh upkeep, gossip), in ms
+   *
+   * @default 1_000
+   */
+  heartbeatInterval?: number
+}
+
 export type TransportServices = {
   identify: Identify
   ping: Ping
   dht: KadDHT
   messaging: Messaging
+  /** Present unless the node was created with `pubsub: false` */
+  pubsub?: GossipSub
 }
 
 /** A running libp2p node with the agent services */
@@ -222,10 +254,34 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
   }
 }
 
+/** The gossipsub service of `init.pubsub` (loaded on first use) */
+async function pubsubService (init: PubsubInit): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
+  const maxRpcBytes = init.maxRpcBytes ?? 1_048_576
+  if (!Number.isInteger(maxRpcBytes) || maxRpcBytes < 1024 || maxRpcBytes > 16_777_216) {
+    throw new InvalidArgumentError(`pubsub.maxRpcBytes must be an integer 1024-16777216, got ${maxRpcBytes}`)
+  }
+  const heartbeatInterval = init.heartbeatInterval ?? 1_000
+  if (!Number.isInteger(heartbeatInterval) || heartbeatInterval < 100 || heartbeatInterval > 60_000) {
+    throw new InvalidArgumentError(`pubsub.heartbeatInterval must be an integer 100-60000 ms, got ${heartbeatInterval}`)
+  }
+  const gossipsub = await loadGossipsub()
+  return gossipsub({
+    // the sender signs every message with its peer key; unsigned ones are dropped
+    globalSignaturePolicy: 'StrictSign',
+    // gossipsub only: no floodsub fallback protocol
+    fallbackToFloodsub: false,
+    // a node alone on its topic publishes into the void instead of failing
+    allowPublishToZeroTopicPeers: true,
+    maxInboundDataLength: maxRpcBytes,
+    heartbeatInterval,
+    debugName: 'ioa:transport:pubsub'
+  })
+}
+
 /**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
- * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
- * service; in a private network, the pre-shared-key connection protector.
+ * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0`, gossipsub (unless
+ * `pubsub: false`) and the messaging service; in a private network, the pre-shared-key connection protector.
  */
 export async function createTransportNode (init: TransportNodeInit = {}): Promise<TransportNode> {
   const kinds = init.transports ?? ['tcp', 'websockets']
@@ -257,6 +313,9 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     if (init.mdns === true) {
       peerDiscovery.push((await loadMdns())())
     }
+
+    const pubsubInit = init.pubsub ?? true
+    const pubsub = pubsubInit === false ? undefined : await pubsubService(pubsubInit === true ? {} : pubsubInit)
 
     const node = await createLibp2p<TransportServices>({
       privateKey,
@@ -296,7 +355,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
             interval: Math.max(1000, Math.round(providerTtl / 4))
           }
         }),
-        messaging: messaging(init.messaging)
+        messaging: messaging(init.messaging),
+        ...(pubsub != null ? { pubsub } : {})
       }
     })
 

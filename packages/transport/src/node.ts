@@ -254,16 +254,23 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
   }
 }
 
-/** The gossipsub service of `init.pubsub` (loaded on first use) */
-async function pubsubService (init: PubsubInit): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
-  const maxRpcBytes = init.maxRpcBytes ?? 1_048_576
+/** The checked options of the gossipsub service, or undefined when it is off */
+function pubsubOptions (init: TransportNodeInit['pubsub']): Required<PubsubInit> | undefined {
+  if (init === false) return undefined
+  const o = init === true || init == null ? {} : init
+  const maxRpcBytes = o.maxRpcBytes ?? 1_048_576
   if (!Number.isInteger(maxRpcBytes) || maxRpcBytes < 1024 || maxRpcBytes > 16_777_216) {
     throw new InvalidArgumentError(`pubsub.maxRpcBytes must be an integer 1024-16777216, got ${maxRpcBytes}`)
   }
-  const heartbeatInterval = init.heartbeatInterval ?? 1_000
+  const heartbeatInterval = o.heartbeatInterval ?? 1_000
   if (!Number.isInteger(heartbeatInterval) || heartbeatInterval < 100 || heartbeatInterval > 60_000) {
     throw new InvalidArgumentError(`pubsub.heartbeatInterval must be an integer 100-60000 ms, got ${heartbeatInterval}`)
   }
+  return { maxRpcBytes, heartbeatInterval }
+}
+
+/** The gossipsub service (its module loaded on first use) */
+async function pubsubService (o: Required<PubsubInit>): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
   const gossipsub = await loadGossipsub()
   return gossipsub({
     // the sender signs every message with its peer key; unsigned ones are dropped
@@ -272,8 +279,8 @@ async function pubsubService (init: PubsubInit): Promise<ReturnType<Awaited<Retu
     fallbackToFloodsub: false,
     // a node alone on its topic publishes into the void instead of failing
     allowPublishToZeroTopicPeers: true,
-    maxInboundDataLength: maxRpcBytes,
-    heartbeatInterval,
+    maxInboundDataLength: o.maxRpcBytes,
+    heartbeatInterval: o.heartbeatInterval,
     debugName: 'ioa:transport:pubsub'
   })
 }
@@ -297,10 +304,13 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     throw new InvalidArgumentError(`providerTtl must be 1000 to 2147483647 ms (the longest timer delay), got ${providerTtl}`)
   }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
+  const pubsubOpts = pubsubOptions(init.pubsub)
   const { datastore, owned } = await openDatastore(init)
 
   try {
-    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = await loadStack()
+    // gossipsub's module loads beside the core modules, not after them
+    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts) : undefined])
+    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
 
@@ -313,9 +323,6 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     if (init.mdns === true) {
       peerDiscovery.push((await loadMdns())())
     }
-
-    const pubsubInit = init.pubsub ?? true
-    const pubsub = pubsubInit === false ? undefined : await pubsubService(pubsubInit === true ? {} : pubsubInit)
 
     const node = await createLibp2p<TransportServices>({
       privateKey,

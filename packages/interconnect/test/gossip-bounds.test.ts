@@ -123,6 +123,17 @@ describe('gossip index over TCP', () => {
     expect(ic.gossip?.announcers('a').length).toBe(1)
   })
 
+  it('takes at most maxSnapshotsPerMinute snapshots from one announcer', async () => {
+    const { node, ic } = await receiver({ maxSnapshotsPerMinute: 3 })
+    const p = await rawPublisher(node)
+    const seq = Date.now()
+    for (let i = 0; i < 5; i++) await p.publish(snap([`rate.r${i}`], { seq: seq + i }))
+    await until(() => (ic.gossip?.stats().limited ?? 0) === 2, { ...POLL, what: 'two snapshots over the budget' })
+    expect(ic.gossip?.stats().accepted).toBe(3)
+    expect(ic.gossip?.announcers('rate.r2')).toEqual([p.id])
+    expect(ic.gossip?.announcers('rate.r4')).toEqual([])
+  })
+
   it('holds at most maxAnnouncers announcers, dropping the least recently updated', async () => {
     const { node, ic } = await receiver({ maxAnnouncers: 2 })
     const ps = [await rawPublisher(node), await rawPublisher(node), await rawPublisher(node)]

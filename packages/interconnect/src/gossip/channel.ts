@@ -10,6 +10,7 @@
  * per message (duplicates are dropped before), and an accepted snapshot is
  * the one the index must hold, so the payload is decoded only once.
  */
+import { TokenBuckets } from '@ioa/transport/internal'
 import { CapabilityIndex } from './cap-index.js'
 import { GossipPublisher } from './publisher.js'
 import { decodeSnapshot, gossipTopic } from './snapshot.js'
@@ -40,6 +41,8 @@ export interface GossipStats extends CapabilityIndexStats {
   accepted: number
   /** Snapshots ignored: not newer than the one held, a replay, or this node's own */
   ignored: number
+  /** Snapshots ignored because their announcer exceeded `maxSnapshotsPerMinute` */
+  limited: number
   /** Snapshots rejected by the validator, by error code */
   rejected: Record<string, number>
 }
@@ -61,6 +64,8 @@ export class GossipChannel implements GossipView {
   private readonly self: string
   private accepted = 0
   private ignored = 0
+  private limited = 0
+  private readonly budgets: TokenBuckets
   private readonly rejected: Record<string, number> = {}
   private pruneTimer?: ReturnType<typeof setInterval>
   private readonly validate = (_from: PeerId, message: PubSubMessage): PubSubVerdict => this.receive(message)
@@ -81,6 +86,7 @@ export class GossipChannel implements GossipView {
       maxTtl: init.opts.maxTtl,
       onChange: names => { init.onChange(names) }
     })
+    this.budgets = new TokenBuckets(init.opts.maxSnapshotsPerMinute, 60_000, init.opts.maxAnnouncers)
     this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps })
   }
 
@@ -120,7 +126,7 @@ export class GossipChannel implements GossipView {
   }
 
   stats (): GossipStats {
-    return { topic: this.topic, ...this.index.stats(), published: this.publisher.published, accepted: this.accepted, ignored: this.ignored, rejected: { ...this.rejected } }
+    return { topic: this.topic, ...this.index.stats(), published: this.publisher.published, accepted: this.accepted, ignored: this.ignored, limited: this.limited, rejected: { ...this.rejected } }
   }
 
   /** Check a message of the topic and, when accepted, store it */
@@ -131,6 +137,11 @@ export class GossipChannel implements GossipView {
     const from = message.from.toString()
     if (from === this.self) {
       this.ignored++
+      return 'ignore'
+    }
+    // before any parsing; ignored, not rejected: the peer that relayed it is not to blame
+    if (!this.budgets.take(from)) {
+      if (this.limited++ % 100 === 0) this.log('ignored snapshots of %s: more than %d a minute (%d so far)', from, this.init.opts.maxSnapshotsPerMinute, this.limited)
       return 'ignore'
     }
     let snapshot

@@ -74,6 +74,14 @@ export interface GossipInit {
   maxIndexedNames?: number
 
   /**
+   * Most snapshots taken from one announcer per minute (in bursts of as
+   * many); more are ignored until its budget refills
+   *
+   * @default 30
+   */
+  maxSnapshotsPerMinute?: number
+
+  /**
    * Clock skew allowed for a snapshot's `seq` (the publisher's clock): a
    * snapshot whose `seq + ttl` is further than this in the past is ignored (a replay)
    *
@@ -97,6 +105,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     maxMessageBytes: init.maxMessageBytes ?? 65_536,
     maxAnnouncers: init.maxAnnouncers ?? 10_000,
     maxIndexedNames: init.maxIndexedNames ?? 262_144,
+    maxSnapshotsPerMinute: init.maxSnapshotsPerMinute ?? 30,
     clockSkew: init.clockSkew ?? 60_000
   }
   const ranges: Record<keyof GossipDefaults, [number, number]> = {
@@ -109,6 +118,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     maxMessageBytes: [64, 1_048_576],
     maxAnnouncers: [1, 10_000_000],
     maxIndexedNames: [1, 100_000_000],
+    maxSnapshotsPerMinute: [1, 60_000],
     clockSkew: [0, 86_400_000]
   }
   for (const [key, [min, max]] of Object.entries(ranges) as Array<[keyof GossipDefaults, [number, number]]>) {

@@ -159,8 +159,9 @@ export class Discovery {
   }
 
   /**
-   * Fetch the cards of the capability's gossip announcers (known at once),
-   * then walk its DHT record and fetch what the other providers serve
+   * Fetch the cards of the capability's gossip announcers (known at once)
+   * and, beside them, walk its DHT record and fetch what the other
+   * providers serve
    */
   private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions): Promise<void> {
     const { components, opts, caches } = this.init
@@ -195,14 +196,21 @@ export class Discovery {
       // `fetch` never rejects
       void fetches.add(async () => { await fetch(peer, source) })
     }
-    if (options.gossip !== false) {
+    // gossip announcers are known at once: they are queued first, and the
+    // DHT walk runs beside them (each peer is fetched once, by either)
+    const fromGossip = (async () => {
+      if (options.gossip === false) return
       for (const id of this.init.gossip?.announcers(query.capability) ?? []) {
         if (id === self || fetched.has(id)) continue
         fetched.add(id)
         await enqueue(peerIdFromString(id), 'gossip')
       }
-    }
+    })().catch((err: any) => {
+      // the DHT's providers are still fetched
+      this.log.error('lookup of %s could not queue its gossip announcers: %s', query.capability, err?.message ?? err)
+    })
     if (options.dht === false) {
+      await fromGossip
       await fetches.onIdle()
       return
     }
@@ -218,6 +226,7 @@ export class Discovery {
       // the walk was aborted or ran out of peers: keep what was found
       this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
     }
+    await fromGossip
     await fetches.onIdle()
   }
 

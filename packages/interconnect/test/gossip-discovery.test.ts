@@ -54,6 +54,9 @@ describe('gossip discovery over TCP', () => {
       expect(found.map(r => r.card.id).sort()).toEqual([...dids].sort())
       for (const r of found) expect(r.source).toBe(holders.includes(i) && r.local ? 'local' : 'gossip')
     }
+    // with both channels (the default) each agent is reported once
+    const merged = await ics[0].discoverAll({ capability: 'travel.hotel' }, { cache: false, timeout: 15_000 })
+    expect(merged.map(r => r.card.id).sort()).toEqual([...dids].sort())
     const stats = ics[0].gossip?.stats()
     expect(stats?.topic).toBe(`/ioa/caps/1/${DOMAIN}`)
     expect(stats?.rejected).toEqual({})

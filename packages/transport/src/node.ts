@@ -269,10 +269,30 @@ function pubsubOptions (init: TransportNodeInit['pubsub']): Required<PubsubInit>
   return { maxRpcBytes, heartbeatInterval }
 }
 
+/**
+ * The hosts of `allow` (`/ip4/<addr>` or `/ip6/<addr>` entries; ranges
+ * cannot be listed) as gossipsub's IP-colocation whitelist
+ */
+function colocationWhitelist (allow: string[]): Set<string> {
+  const ips = new Set<string>()
+  for (const entry of allow) {
+    const m = /^\/ip[46]\/([^/]+)$/.exec(entry)
+    if (m != null) ips.add(m[1])
+  }
+  return ips
+}
+
 /** The gossipsub service (its module loaded on first use) */
-async function pubsubService (o: Required<PubsubInit>): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
+async function pubsubService (o: Required<PubsubInit>, allow: string[]): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
   const gossipsub = await loadGossipsub()
   return gossipsub({
+    // gossipsub scores down every peer of an IP address shared by more than
+    // 10 peers (-5 per surplus peer squared: 14 peers on one address reach the
+    // graylist, and a graylisted peer's subscriptions and messages are all
+    // ignored). The hosts of `allow` are the operator's own (a test or a demo
+    // on loopback, a domain behind one address): they are exempt, as they are
+    // from the connection limits.
+    scoreParams: { IPColocationFactorWhitelist: colocationWhitelist(allow) },
     // the sender signs every message with its peer key; unsigned ones are dropped
     globalSignaturePolicy: 'StrictSign',
     // gossipsub only: no floodsub fallback protocol
@@ -309,7 +329,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
 
   try {
     // gossipsub's module loads beside the core modules, not after them
-    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts) : undefined])
+    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined])
     const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)

@@ -4,6 +4,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest'
 import { createTransportNode } from '../src/index.js'
+import { startNetwork } from '../../../test/harness/index.js'
 import { expectErrorName, until } from '../../../test/util.js'
 import type { TransportNode, TransportNodeInit } from '../src/index.js'
 
@@ -47,5 +48,26 @@ describe('pubsub service', () => {
     expect(off.getProtocols().some(p => p.startsWith('/meshsub/'))).toBe(false)
     await expectErrorName(createTransportNode({ pubsub: { maxRpcBytes: 10 } }), 'InvalidArgumentError')
     await expectErrorName(createTransportNode({ pubsub: { heartbeatInterval: 0.5 } }), 'InvalidArgumentError')
+  })
+})
+
+describe('pubsub between many nodes on one address', () => {
+  it('a node with more than 14 gossip peers on 127.0.0.1 still hears them (allow exempts the address from IP-colocation scoring)', async () => {
+    const net = await startNetwork({ size: 17, transport: 'tcp', topology: 'star' })
+    try {
+      const topic = '/ioa/test-crowd/1'
+      const hub = net.nodes[0]
+      for (const n of net.nodes) n.services.pubsub?.subscribe(topic)
+      // the hub learns the 16 leaves' subscriptions only if it does not graylist them
+      await until(() => hub.services.pubsub?.getSubscribers(topic).length === 16, { timeout: 30_000, interval: 100, what: 'subscriptions of 16 peers on one address' })
+      const heard: string[] = []
+      hub.services.pubsub?.addEventListener('message', (evt) => { if (evt.detail.type === 'signed') heard.push(evt.detail.from.toString()) })
+      const leaf = net.nodes[16]
+      await until(() => leaf.services.pubsub?.getSubscribers(topic).some(p => p.equals(hub.peerId)), { timeout: 30_000, what: 'hub subscription' })
+      await leaf.services.pubsub?.publish(topic, new Uint8Array([7]))
+      await until(() => heard.includes(leaf.peerId.toString()), { timeout: 30_000, interval: 100, what: 'message of a leaf' })
+    } finally {
+      await net.stop()
+    }
   })
 })

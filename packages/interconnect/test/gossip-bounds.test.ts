@@ -12,10 +12,10 @@ import { createInterconnect, encodeSnapshot, gossipTopic } from '../src/index.js
 import type { GossipInit, Interconnect } from '../src/index.js'
 import type { TransportNode } from '@ioa/transport'
 
-const stoppers: Array<{ stop(): Promise<void> }> = []
+const stoppers: Array<{ stop(): void | Promise<void> }> = []
 
 afterEach(async () => {
-  for (const x of stoppers.splice(0).reverse()) await x.stop().catch(() => {})
+  for (const x of stoppers.splice(0).reverse()) await Promise.resolve(x.stop()).catch(() => {})
 })
 
 const DOMAIN = 'bounds.example'

@@ -13,10 +13,10 @@ import type { Network } from '../../../test/harness/index.js'
 import type { GossipInit, Interconnect } from '../src/index.js'
 
 let net: Network | undefined
-const extra: Array<{ stop(): Promise<void> }> = []
+const extra: Array<{ stop(): void | Promise<void> }> = []
 
 afterEach(async () => {
-  for (const x of extra.splice(0).reverse()) await x.stop().catch(() => {})
+  for (const x of extra.splice(0).reverse()) await Promise.resolve(x.stop()).catch(() => {})
   await net?.stop()
   net = undefined
 })

@@ -27,6 +27,28 @@ export interface InterconnectComponents {
   ping: { ping(peer: PeerId, options?: AbortOptions): Promise<number> }
   logger: ComponentLogger
   metrics?: Metrics
+  /** Publish-subscribe (the transport's gossipsub): capability announcements; absent turns them off */
+  pubsub?: PubSub
+}
+
+/** A pubsub message as a topic validator sees it (gossipsub's `Message`) */
+export type PubSubMessage =
+  | { type: 'signed', from: PeerId, topic: string, data: Uint8Array }
+  | { type: 'unsigned', topic: string, data: Uint8Array }
+
+/** What a topic validator decides (the values of gossipsub's `TopicValidatorResult`) */
+export type PubSubVerdict = 'accept' | 'ignore' | 'reject'
+
+/** The slice of gossipsub the interconnect uses */
+export interface PubSub {
+  subscribe(topic: string): void
+  unsubscribe(topic: string): void
+  publish(topic: string, data: Uint8Array): Promise<{ recipients: PeerId[] }>
+  getSubscribers(topic: string): PeerId[]
+  /** Validators by topic; a message is delivered and forwarded only on `accept` */
+  topicValidators: Map<string, (peer: PeerId, message: PubSubMessage) => PubSubVerdict | Promise<PubSubVerdict>>
+  addEventListener(type: 'subscription-change', listener: (evt: CustomEvent<{ peerId: PeerId, subscriptions: Array<{ topic: string, subscribe: boolean }> }>) => void): void
+  removeEventListener(type: 'subscription-change', listener: (evt: CustomEvent<{ peerId: PeerId, subscriptions: Array<{ topic: string, subscribe: boolean }> }>) => void): void
 }
 
 /** The interconnect's slice of a transport node */
@@ -41,6 +63,8 @@ export function componentsFromNode (node: TransportNode): InterconnectComponents
     events: node as unknown as InterconnectComponents['events'],
     ping: node.services.ping,
     logger: node.logger,
-    metrics: node.metrics
+    metrics: node.metrics,
+    // gossipsub's validator verdicts are an enum of these same strings
+    ...(node.services.pubsub != null ? { pubsub: node.services.pubsub as unknown as PubSub } : {})
   }
 }

@@ -5,6 +5,7 @@
  * as they come. Every card a provider serves also fills the route cache, so
  * that routing to a discovered agent needs no second walk.
  */
+import { peerIdFromString } from '@libp2p/peer-id'
 import { Queue } from '@libp2p/utils'
 import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
@@ -18,7 +19,7 @@ import type { HistoryBook } from './history.js'
 import type { Defaults } from './options.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
 import type { DiscoveredAgent, DiscoverOptions, DiscoverWait } from './types.js'
-import type { Logger, PeerInfo } from '@libp2p/interface'
+import type { Logger, PeerId, PeerInfo } from '@libp2p/interface'
 
 /** Default time a lookup may take, in ms */
 export const LOOKUP_TIMEOUT = 10_000
@@ -67,6 +68,8 @@ export interface DiscoveryInit {
   ranker: Ranker
   opts: Defaults
   log: Logger
+  /** The gossip index: peers that announced a capability (spec section 12.5) */
+  gossip?: { announcers(capability: string): string[] }
 }
 
 export class Discovery {
@@ -126,7 +129,7 @@ export class Discovery {
     const out = pushable<DiscoveredAgent>({ objectMode: true })
     const collected: DiscoveredAgent[] = []
 
-    void this.walk(query, signal, out, collected)
+    void this.walk(query, signal, out, collected, options)
       .catch((err: any) => { this.log.error('lookup of %s failed: %s', query.capability, err?.message ?? err) })
       .finally(() => { out.end() })
 
@@ -140,7 +143,8 @@ export class Discovery {
         yield r
         if (++count >= limit) return
       }
-      complete = !signal.aborted || options.signal?.aborted !== true
+      // a lookup with a channel turned off saw only part of the network: not cached
+      complete = (!signal.aborted || options.signal?.aborted !== true) && options.dht !== false && options.gossip !== false
       if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
     } finally {
       stopped.abort()
@@ -154,18 +158,22 @@ export class Discovery {
     }
   }
 
-  /** Walk the DHT record of the capability and push what its providers serve */
-  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): Promise<void> {
+  /**
+   * Fetch the cards of the capability's gossip announcers (known at once)
+   * and, beside them, walk its DHT record and fetch what the other
+   * providers serve
+   */
+  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions): Promise<void> {
     const { components, opts, caches } = this.init
     const self = components.peerId.toString()
     const cid = await capabilityCid(query.capability)
     const fetches = new Queue<void>({ concurrency: opts.fetchConcurrency })
     const fetched = new Set<string>()
-    const fetch = async (provider: PeerInfo): Promise<void> => {
-      const id = provider.id.toString()
+    const fetch = async (provider: PeerId, source: 'gossip' | 'dht'): Promise<void> => {
+      const id = provider.toString()
       const started = performance.now()
       try {
-        const cards = await this.init.cards.fetchCards(provider.id, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
+        const cards = await this.init.cards.fetchCards(provider, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
         const latency = performance.now() - started
         const at = Date.now()
         for (const signed of cards) {
@@ -173,7 +181,7 @@ export class Discovery {
           if (all.length === 0) continue
           // a verified card from this provider is a route to its agent
           caches.addRoute(signed, id, at)
-          const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
+          const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source }, { capability: query.capability }, at)
           caches.collect(collected, result)
           const skills = matchQuery(signed.card, query)
           if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
@@ -183,20 +191,42 @@ export class Discovery {
         this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
       }
     }
+    const enqueue = async (peer: PeerId, source: 'gossip' | 'dht'): Promise<void> => {
+      await fetches.onSizeLessThan(opts.fetchConcurrency)
+      // `fetch` never rejects
+      void fetches.add(async () => { await fetch(peer, source) })
+    }
+    // gossip announcers are known at once: they are queued first, and the
+    // DHT walk runs beside them (each peer is fetched once, by either)
+    const fromGossip = (async () => {
+      if (options.gossip === false) return
+      for (const id of this.init.gossip?.announcers(query.capability) ?? []) {
+        if (id === self || fetched.has(id)) continue
+        fetched.add(id)
+        await enqueue(peerIdFromString(id), 'gossip')
+      }
+    })().catch((err: any) => {
+      // the DHT's providers are still fetched
+      this.log.error('lookup of %s could not queue its gossip announcers: %s', query.capability, err?.message ?? err)
+    })
+    if (options.dht === false) {
+      await fromGossip
+      await fetches.onIdle()
+      return
+    }
     try {
       for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
         const id = provider.id.toString()
         if (id === self || fetched.has(id)) continue
         fetched.add(id)
         await rememberAddresses(components.peerStore, provider, this.log)
-        await fetches.onSizeLessThan(opts.fetchConcurrency)
-        // `fetch` never rejects
-        void fetches.add(async () => { await fetch(provider) })
+        await enqueue(provider.id, 'dht')
       }
     } catch (err: any) {
       // the walk was aborted or ran out of peers: keep what was found
       this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
     }
+    await fromGossip
     await fetches.onIdle()
   }
 

@@ -89,10 +89,21 @@ export class ForbiddenError extends withCode(InterconnectError, 'FORBIDDEN', 'Fo
   static override name = 'ForbiddenError'
 }
 
+/** A capability snapshot received over gossip breaks its schema (spec section 12.2) */
+export class InvalidSnapshotError extends withCode(InterconnectError, 'INVALID_SNAPSHOT', 'Invalid capability snapshot') {
+  static override name = 'InvalidSnapshotError'
+}
+
+/** A capability snapshot has more bytes or capabilities than the receiver accepts (spec section 12.2) */
+export class SnapshotTooLargeError extends withCode(InterconnectError, 'SNAPSHOT_TOO_LARGE', 'Capability snapshot too large') {
+  static override name = 'SnapshotTooLargeError'
+}
+
 /** The classes by wire code, for `fromRemote` */
 const FAMILY = new ErrorFamily<InterconnectError>(InterconnectError).register(
   InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError, ExpiredCardError, CardBindingError, UnknownAgentError,
-  PeerUnreachableError, AgentNotHereError, NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError
+  PeerUnreachableError, AgentNotHereError, NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
+  InvalidSnapshotError, SnapshotTooLargeError
 )
 
 /**

@@ -11,7 +11,7 @@
 export { createInterconnect, interconnectFromComponents } from './interconnect.js'
 export { CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
 export { componentsFromNode } from './components.js'
-export type { InterconnectComponents } from './components.js'
+export type { InterconnectComponents, PubSub, PubSubMessage, PubSubVerdict } from './components.js'
 export type {
   Interconnect, InterconnectService, InterconnectInit, HostAgentInit, HostedAgent, InboundMessage, InboxHandler,
   DiscoveredAgent, DiscoverOptions, DiscoverWait, SendOptions, CardQuery, CardSource, Forwarder
@@ -37,8 +37,13 @@ export {
   InterconnectError, InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError,
   ExpiredCardError, CardBindingError, UnknownAgentError, PeerUnreachableError, AgentNotHereError,
   NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
-  fromRemote
+  InvalidSnapshotError, SnapshotTooLargeError, fromRemote
 } from './errors.js'
+export { encodeSnapshot, decodeSnapshot, gossipTopic, GOSSIP_TOPIC_PREFIX, SNAPSHOT_VERSION } from './gossip/snapshot.js'
+export type { CapabilitySnapshot, SnapshotLimits } from './gossip/snapshot.js'
+export type { GossipView, GossipStats } from './gossip/channel.js'
+export type { CapabilityIndexStats } from './gossip/cap-index.js'
+export type { GossipInit } from './gossip/options.js'
 export { createGateway, gatewayFromComponents } from './gateway.js'
 export type {
   Gateway, GatewayCaller, GatewayComponents, GatewayExportedEvent, GatewayInit, GatewayOptions, GatewayRateLimit, GatewayStats, ExportRule

@@ -19,6 +19,7 @@ import { parseCard } from './card.js'
 import { componentsFromNode } from './components.js'
 import { Directory } from './directory.js'
 import { Discovery } from './discovery.js'
+import { GossipChannel } from './gossip/channel.js'
 import { HistoryBook } from './history.js'
 import { KeyStore, isDid } from './identity.js'
 import { resolveOptions } from './options.js'
@@ -27,6 +28,7 @@ import { Router } from './routing.js'
 import type { InterconnectCacheStats } from './caches.js'
 import type { SignedCard } from './card.js'
 import type { InterconnectComponents } from './components.js'
+import type { GossipView } from './gossip/channel.js'
 import type { AgentHistory, Outcome } from './history.js'
 import type { Did } from './identity.js'
 import type { Defaults } from './options.js'
@@ -53,6 +55,9 @@ class DefaultInterconnect implements InterconnectService {
   private readonly router: Router
   private readonly caches: InterconnectCaches
   private readonly history: HistoryBook
+  private readonly gossipChannel?: GossipChannel
+  /** Capabilities announced with `announce` (reference counts), also sent over gossip */
+  private readonly announcedCaps = new Map<string, number>()
   private refreshTimer?: ReturnType<typeof setInterval>
   private started = false
   private readonly onAddressChange = (): void => {
@@ -77,7 +82,10 @@ class DefaultInterconnect implements InterconnectService {
       log: logger.forComponent(`${prefix}:directory`),
       gateways: init.gateways ?? [],
       private: init.private ?? false,
-      onChange: () => { this.caches.lookups.clear() }
+      onChange: () => {
+        this.caches.lookups.clear()
+        this.gossipChannel?.changed()
+      }
     })
     this.cards = new CardProtocol({
       components,
@@ -86,9 +94,46 @@ class DefaultInterconnect implements InterconnectService {
       log: logger.forComponent(`${prefix}:cards`),
       trustedGateways: new Set(init.trustedGateways ?? [])
     })
+    this.gossipChannel = this.makeGossip(components, `${prefix}:gossip`)
     const parts = { components, directory: this.directory, cards: this.cards, caches: this.caches, history: this.history, opts: this.opts }
-    this.discovery = new Discovery({ ...parts, ranker: init.ranker ?? defaultRanker(), log: logger.forComponent(`${prefix}:discovery`) })
+    this.discovery = new Discovery({ ...parts, ranker: init.ranker ?? defaultRanker(), log: logger.forComponent(`${prefix}:discovery`), gossip: this.gossipChannel })
     this.router = new Router({ ...parts, log: logger.forComponent(`${prefix}:route`) })
+  }
+
+  /** The gossip channel, unless it is off or the node has no pubsub service */
+  private makeGossip (components: InterconnectComponents, component: string): GossipChannel | undefined {
+    const opts = this.opts.gossip
+    if (opts === false) return undefined
+    const log = components.logger.forComponent(component)
+    if (components.pubsub == null) {
+      log('no pubsub service on this node: capabilities are announced in the DHT only')
+      return undefined
+    }
+    return new GossipChannel({
+      pubsub: components.pubsub,
+      peerId: components.peerId,
+      domain: this.opts.domain,
+      opts,
+      log,
+      caps: () => this.gossipCaps(),
+      // a cached lookup of a name whose announcers changed would hide them
+      onChange: names => { for (const n of names) this.caches.lookups.delete(n) }
+    })
+  }
+
+  /** What this node announces over gossip: its hosted agents' capabilities and those given to `announce` */
+  private gossipCaps (): string[] {
+    const caps = new Set(this.announcedCaps.keys())
+    if (this.opts.publish) {
+      for (const agent of this.directory.hosted.values()) {
+        for (const skill of agent.card.card.skills) caps.add(skill.id)
+      }
+    }
+    return [...caps].sort()
+  }
+
+  get gossip (): GossipView | undefined {
+    return this.gossipChannel
   }
 
   get peerId (): PeerId {
@@ -105,6 +150,7 @@ class DefaultInterconnect implements InterconnectService {
     this.announcer.start()
     await this.cards.start()
     await this.router.start()
+    this.gossipChannel?.start()
     this.components.events.addEventListener('self:peer:update', this.onAddressChange)
     this.refreshTimer = setInterval(() => { void this.directory.resignAll() }, Math.max(1_000, this.opts.cardTtl / 2))
     this.refreshTimer.unref?.()
@@ -116,6 +162,8 @@ class DefaultInterconnect implements InterconnectService {
     this.started = false
     clearInterval(this.refreshTimer)
     this.components.events.removeEventListener('self:peer:update', this.onAddressChange)
+    // the withdrawal goes out while the card protocol still answers
+    await this.gossipChannel?.stop()
     await this.cards.stop()
     await this.router.stop()
     this.announcer.stop()
@@ -139,10 +187,16 @@ class DefaultInterconnect implements InterconnectService {
 
   async announce (capability: string): Promise<void> {
     await this.directory.announce(capability)
+    this.announcedCaps.set(capability, (this.announcedCaps.get(capability) ?? 0) + 1)
+    this.gossipChannel?.changed()
   }
 
   async withdraw (capability: string): Promise<void> {
     await this.directory.withdraw(capability)
+    const n = this.announcedCaps.get(capability) ?? 0
+    if (n <= 1) this.announcedCaps.delete(capability)
+    else this.announcedCaps.set(capability, n - 1)
+    this.gossipChannel?.changed()
   }
 
   async announceAgent (did: Did): Promise<void> {

@@ -2,7 +2,9 @@
  * The interconnect's options with their defaults filled in, validated once
  */
 import { BadRequestError } from './errors.js'
+import { resolveGossipOptions } from './gossip/options.js'
 import { MAX_CARDS_PER_LIST } from './protocols.js'
+import type { GossipDefaults } from './gossip/options.js'
 import type { InterconnectInit } from './types.js'
 
 export interface Defaults {
@@ -21,6 +23,8 @@ export interface Defaults {
   maxResultsPerLookup: number
   maxCardsPerProvider: number
   maxHistory: number
+  /** `false`: gossip off (still off at start when the node has no pubsub service) */
+  gossip: GossipDefaults | false
   logPrefix: string
 }
 
@@ -42,6 +46,7 @@ export function resolveOptions (init: InterconnectInit): Defaults {
     maxResultsPerLookup: init.maxResultsPerLookup ?? 256,
     maxCardsPerProvider: init.maxCardsPerProvider ?? 64,
     maxHistory: init.maxHistory ?? 4_096,
+    gossip: init.gossip === false ? false : resolveGossipOptions(init.gossip ?? {}),
     logPrefix: init.logPrefix ?? 'ioa:interconnect'
   }
   for (const key of ['cardTtl', 'cacheTtl', 'fetchConcurrency', 'announceConcurrency', 'requestTimeout', 'clockSkew'] as const) {

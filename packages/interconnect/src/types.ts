@@ -6,6 +6,8 @@ import type { Availability, AgentCard, SignedCard, Skill, SkillInit } from './ca
 import type { InterconnectCacheStats } from './caches.js'
 import type { AgentHistory, Outcome } from './history.js'
 import type { AgentKeyStore, Did, Identity } from './identity.js'
+import type { GossipView } from './gossip/channel.js'
+import type { GossipInit } from './gossip/options.js'
 import type { DiscoveryQuery, Ranker } from './ranking.js'
 import type { RequestContext, TransportNode } from '@ioa/transport'
 import type { AbortOptions, PeerId } from '@libp2p/interface'
@@ -172,6 +174,16 @@ export interface InterconnectInit {
   maxHistory?: number
 
   /**
+   * Announce this node's capabilities over pubsub and merge the announcements
+   * of other nodes into lookups (spec section 12): the domain topic
+   * `/ioa/caps/1/<domain>` of the node's gossipsub service. `false` turns it
+   * off (the DHT alone, as before); without a pubsub service it is off.
+   *
+   * @default {} (on when the node has a pubsub service)
+   */
+  gossip?: false | GossipInit
+
+  /**
    * Prefix of the log components (`<logPrefix>:directory`, `:announce`,
    * `:lookup`, `:route`, `:cards`)
    *
@@ -230,8 +242,8 @@ export interface DiscoveredAgent {
   latency?: number
   alive: boolean
   local: boolean
-  /** Where this result came from */
-  source: 'local' | 'cache' | 'dht'
+  /** Where this result came from (`gossip`: its peer announced the capability over gossip) */
+  source: 'local' | 'cache' | 'dht' | 'gossip'
   /** What this node has seen of the agent, when anything */
   history?: AgentHistory
   score: number
@@ -244,6 +256,10 @@ export interface DiscoverOptions extends AbortOptions {
   timeout?: number
   /** Use cached results when fresh @default true */
   cache?: boolean
+  /** Walk the capability's DHT record (`false`: gossip announcers only; the results are not cached) @default true */
+  dht?: boolean
+  /** Fetch from the capability's gossip announcers (`false`: DHT only; the results are not cached) @default true */
+  gossip?: boolean
   /**
    * `discoverAll` only: look up again (without the cache, pausing 100 ms,
    * then twice as long each time up to 2 s) until at least `atLeast` agents
@@ -335,6 +351,8 @@ export interface InterconnectService {
   historyOf(did: Did): AgentHistory | undefined
   /** How full the bounded caches are */
   cacheStats(): InterconnectCacheStats
+  /** The gossip index of capability announcements, when gossip is on (spec section 12) */
+  readonly gossip?: GossipView
   /** Serve extra cards (gateways) */
   addCardSource(source: CardSource): void
   /** Take messages for agents not hosted here (gateways) */

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import {
   AgentNotHereError, BadRequestError, CardBindingError, DuplicateAgentError, ExpiredCardError, ForbiddenError,
   InterconnectError, InvalidCapabilityError, InvalidCardError, InvalidDidError, InvalidSignatureError, NoInboxError,
-  NotExportedError, PeerUnreachableError, RateLimitedError, UnknownAgentError, fromRemote
+  NotExportedError, PeerUnreachableError, RateLimitedError, UnknownAgentError, InvalidSnapshotError, SnapshotTooLargeError, fromRemote
 } from '../src/index.js'
 
 const CLASSES = [
@@ -25,7 +25,9 @@ const CLASSES = [
   [RateLimitedError, 'RATE_LIMITED', 'Rate limit exceeded'],
   [DuplicateAgentError, 'DUPLICATE_AGENT', 'Agent already hosted'],
   [BadRequestError, 'BAD_REQUEST', 'Bad request'],
-  [ForbiddenError, 'FORBIDDEN', 'Forbidden']
+  [ForbiddenError, 'FORBIDDEN', 'Forbidden'],
+  [InvalidSnapshotError, 'INVALID_SNAPSHOT', 'Invalid capability snapshot'],
+  [SnapshotTooLargeError, 'SNAPSHOT_TOO_LARGE', 'Capability snapshot too large']
 ] as const
 
 describe('interconnect errors', () => {

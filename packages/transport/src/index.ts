@@ -15,7 +15,7 @@
 import './polyfill.js'
 
 export { createTransportNode, IOA_DHT_PROTOCOL } from './node.js'
-export type { TransportNodeInit, TransportNode, TransportServices, TransportKind } from './node.js'
+export type { TransportNodeInit, TransportNode, TransportServices, TransportKind, PubsubInit } from './node.js'
 export { messaging, MESSAGING_DEFAULTS } from './messaging.js'
 export type {
   Messaging, MessagingInit, MessagingComponents, MessagingStats, MessageTarget,

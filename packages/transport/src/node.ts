@@ -9,9 +9,10 @@ import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
-import { loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
+import { loadGossipsub, loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
+import type { GossipSub } from '@libp2p/gossipsub'
 import type { Identify } from '@libp2p/identify'
 import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
@@ -159,6 +160,16 @@ export interface TransportNodeInit {
   connectionGater?: ConnectionGater
 
   /**
+   * Run a gossipsub router as the `pubsub` service (signed messages only:
+   * every message carries its sender's peer key and signature, and an
+   * unsigned one is dropped). The interconnect announces capabilities on it
+   * (spec/interconnect.md, section 12). `false` leaves it out.
+   *
+   * @default true
+   */
+  pubsub?: boolean | PubsubInit
+
+  /**
    * Options of the messaging service
    *
    * @default {}
@@ -173,11 +184,32 @@ export interface TransportNodeInit {
   start?: boolean
 }
 
+/** Options of the `pubsub` service (a subset of gossipsub's) */
+export interface PubsubInit {
+  /**
+   * Largest gossipsub RPC (one length-prefixed frame of messages and
+   * control data) read from a peer, in bytes; a longer one closes that
+   * peer's stream
+   *
+   * @default 1_048_576
+   */
+  maxRpcBytes?: number
+
+  /**
+   * Interval of the gossipsub heartbeat (mesh upkeep, gossip), in ms
+   *
+   * @default 1_000
+   */
+  heartbeatInterval?: number
+}
+
 export type TransportServices = {
   identify: Identify
   ping: Ping
   dht: KadDHT
   messaging: Messaging
+  /** Present unless the node was created with `pubsub: false` */
+  pubsub?: GossipSub
 }
 
 /** A running libp2p node with the agent services */
@@ -220,6 +252,57 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
       log('could not keep the address of bootstrap peer %s: %s', addr, err?.message ?? err)
     }
   }
+}
+
+/** The checked options of the gossipsub service, or undefined when it is off */
+function pubsubOptions (init: TransportNodeInit['pubsub']): Required<PubsubInit> | undefined {
+  if (init === false) return undefined
+  const o = init === true || init == null ? {} : init
+  const maxRpcBytes = o.maxRpcBytes ?? 1_048_576
+  if (!Number.isInteger(maxRpcBytes) || maxRpcBytes < 1024 || maxRpcBytes > 16_777_216) {
+    throw new InvalidArgumentError(`pubsub.maxRpcBytes must be an integer 1024-16777216, got ${maxRpcBytes}`)
+  }
+  const heartbeatInterval = o.heartbeatInterval ?? 1_000
+  if (!Number.isInteger(heartbeatInterval) || heartbeatInterval < 100 || heartbeatInterval > 60_000) {
+    throw new InvalidArgumentError(`pubsub.heartbeatInterval must be an integer 100-60000 ms, got ${heartbeatInterval}`)
+  }
+  return { maxRpcBytes, heartbeatInterval }
+}
+
+/**
+ * The hosts of `allow` (`/ip4/<addr>` or `/ip6/<addr>` entries; ranges
+ * cannot be listed) as gossipsub's IP-colocation whitelist
+ */
+function colocationWhitelist (allow: string[]): Set<string> {
+  const ips = new Set<string>()
+  for (const entry of allow) {
+    const m = /^\/ip[46]\/([^/]+)$/.exec(entry)
+    if (m != null) ips.add(m[1])
+  }
+  return ips
+}
+
+/** The gossipsub service (its module loaded on first use) */
+async function pubsubService (o: Required<PubsubInit>, allow: string[]): Promise<ReturnType<Awaited<ReturnType<typeof loadGossipsub>>>> {
+  const gossipsub = await loadGossipsub()
+  return gossipsub({
+    // gossipsub scores down every peer of an IP address shared by more than
+    // 10 peers (-5 per surplus peer squared: 14 peers on one address reach the
+    // graylist, and a graylisted peer's subscriptions and messages are all
+    // ignored). The hosts of `allow` are the operator's own (a test or a demo
+    // on loopback, a domain behind one address): they are exempt, as they are
+    // from the connection limits.
+    scoreParams: { IPColocationFactorWhitelist: colocationWhitelist(allow) },
+    // the sender signs every message with its peer key; unsigned ones are dropped
+    globalSignaturePolicy: 'StrictSign',
+    // gossipsub only: no floodsub fallback protocol
+    fallbackToFloodsub: false,
+    // a node alone on its topic publishes into the void instead of failing
+    allowPublishToZeroTopicPeers: true,
+    maxInboundDataLength: o.maxRpcBytes,
+    heartbeatInterval: o.heartbeatInterval,
+    debugName: 'ioa:transport:pubsub'
+  })
 }
 
 /**
@@ -267,8 +350,8 @@ function recordOwnAddresses (node: Libp2p): void {
 
 /**
  * Create a libp2p node for agents: TCP/WebSockets/memory transports, Noise,
- * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0` and the messaging
- * service; in a private network, the pre-shared-key connection protector.
+ * Yamux, identify, ping, Kademlia DHT on `/ioa/kad/1.0.0`, gossipsub (unless
+ * `pubsub: false`) and the messaging service; in a private network, the pre-shared-key connection protector.
  */
 export async function createTransportNode (init: TransportNodeInit = {}): Promise<TransportNode> {
   const kinds = init.transports ?? ['tcp', 'websockets']
@@ -284,10 +367,13 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
     throw new InvalidArgumentError(`providerTtl must be 1000 to 2147483647 ms (the longest timer delay), got ${providerTtl}`)
   }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
+  const pubsubOpts = pubsubOptions(init.pubsub)
   const { datastore, owned } = await openDatastore(init)
 
   try {
-    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = await loadStack()
+    // gossipsub's module loads beside the core modules, not after them
+    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined])
+    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
 
@@ -340,7 +426,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
             interval: Math.max(1000, Math.round(providerTtl / 4))
           }
         }),
-        messaging: messaging(init.messaging)
+        messaging: messaging(init.messaging),
+        ...(pubsub != null ? { pubsub } : {})
       }
     })
 

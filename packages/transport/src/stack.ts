@@ -4,7 +4,7 @@
  * the import time of every package above (libp2p itself, Noise, Yamux,
  * kad-dht, the transports), and a program that imports the stack to check a
  * config, sign a delegation or print help never starts a node. Optional
- * pieces (WebSockets, the in-memory transport, mDNS, LevelDB) load only when
+ * pieces (WebSockets, the in-memory transport, gossipsub, mDNS, LevelDB) load only when
  * a node uses them. Each module is imported once per process.
  */
 import type { TransportKind } from './node.js'
@@ -48,6 +48,11 @@ export async function loadTransport (kind: TransportKind) {
   if (kind === 'tcp') return (await import('@libp2p/tcp')).tcp()
   if (kind === 'websockets') return (await import('@libp2p/websockets')).webSockets()
   return (await import('@libp2p/memory')).memory()
+}
+
+/** The gossipsub router (the `pubsub` service) */
+export async function loadGossipsub () {
+  return (await import('@libp2p/gossipsub')).gossipsub
 }
 
 /** Multicast DNS peer discovery */

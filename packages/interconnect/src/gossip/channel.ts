@@ -1,0 +1,175 @@
+/**
+ * The gossip channel of discovery (spec `interconnect.md` 12): capability
+ * snapshots on the domain's pubsub topic beside the DHT records. It
+ * subscribes to the topic, checks every message in the topic validator
+ * (signed, within the bounds, not stale, not a replay) and keeps the
+ * accepted ones in the bounded `CapabilityIndex`, which lookups read
+ * (`peers`). The `GossipPublisher` publishes this node's own snapshots.
+ *
+ * The validator both checks a message and stores it: gossipsub runs it once
+ * per message (duplicates are dropped before), and an accepted snapshot is
+ * the one the index must hold, so the payload is decoded only once.
+ */
+import { TokenBuckets } from '@ioa/transport/internal'
+import { CapabilityIndex } from './cap-index.js'
+import { GossipPublisher } from './publisher.js'
+import { decodeSnapshot, gossipTopic } from './snapshot.js'
+import type { CapabilityIndexStats } from './cap-index.js'
+import type { GossipDefaults } from './options.js'
+import type { PubSub, PubSubMessage, PubSubVerdict } from '../components.js'
+import type { Logger, PeerId } from '@libp2p/interface'
+
+export interface GossipChannelInit {
+  pubsub: PubSub
+  peerId: PeerId
+  domain: string
+  opts: GossipDefaults
+  log: Logger
+  /** The capabilities this node announces now */
+  caps(): string[]
+  /** The announcers of these names changed (drop cached lookups of them) */
+  onChange(names: Iterable<string>): void
+}
+
+/** What the gossip channel has seen (`Interconnect.gossip.stats()`) */
+export interface GossipStats extends CapabilityIndexStats {
+  /** The domain topic */
+  topic: string
+  /** Snapshots this node published */
+  published: number
+  /** Snapshots accepted into the index */
+  accepted: number
+  /** Snapshots ignored: not newer than the one held, a replay, or this node's own */
+  ignored: number
+  /** Snapshots ignored because their announcer exceeded `maxSnapshotsPerMinute` */
+  limited: number
+  /** Snapshots rejected by the validator, by error code */
+  rejected: Record<string, number>
+}
+
+/** Read access to the gossip index (`Interconnect.gossip`) */
+export interface GossipView {
+  /** Counters and sizes */
+  stats(): GossipStats
+  /** Peers whose current snapshot announces `capability` or a name below it */
+  announcers(capability: string): string[]
+}
+
+export class GossipChannel implements GossipView {
+  readonly topic: string
+  private readonly init: GossipChannelInit
+  private readonly log: Logger
+  private readonly index: CapabilityIndex
+  private readonly publisher: GossipPublisher
+  private readonly self: string
+  private accepted = 0
+  private ignored = 0
+  private limited = 0
+  private readonly budgets: TokenBuckets
+  private readonly rejected: Record<string, number> = {}
+  private pruneTimer?: ReturnType<typeof setInterval>
+  private readonly validate = (_from: PeerId, message: PubSubMessage): PubSubVerdict => this.receive(message)
+  private readonly onSubscriptionChange = (evt: CustomEvent<{ peerId: PeerId, subscriptions: Array<{ topic: string, subscribe: boolean }> }>): void => {
+    // a neighbour that leaves the topic may still be reachable through others:
+    // only its withdrawal or the ttl takes it out of the index
+    if (evt.detail.subscriptions.some(s => s.topic === this.topic && s.subscribe)) this.publisher.peerSubscribed()
+  }
+
+  constructor (init: GossipChannelInit) {
+    this.init = init
+    this.log = init.log
+    this.topic = gossipTopic(init.domain)
+    this.self = init.peerId.toString()
+    this.index = new CapabilityIndex({
+      maxAnnouncers: init.opts.maxAnnouncers,
+      maxNames: init.opts.maxIndexedNames,
+      maxTtl: init.opts.maxTtl,
+      onChange: names => { init.onChange(names) }
+    })
+    this.budgets = new TokenBuckets(init.opts.maxSnapshotsPerMinute, 60_000, init.opts.maxAnnouncers)
+    this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps })
+  }
+
+  start (): void {
+    const { pubsub } = this.init
+    pubsub.topicValidators.set(this.topic, this.validate)
+    pubsub.addEventListener('subscription-change', this.onSubscriptionChange)
+    pubsub.subscribe(this.topic)
+    this.publisher.start()
+    this.pruneTimer = setInterval(() => { this.index.prune() }, Math.max(1_000, Math.min(this.init.opts.maxTtl, this.init.opts.interval)))
+    this.pruneTimer.unref?.()
+    this.log('gossip on %s', this.topic)
+  }
+
+  async stop (): Promise<void> {
+    clearInterval(this.pruneTimer)
+    await this.publisher.stop()
+    const { pubsub } = this.init
+    pubsub.removeEventListener('subscription-change', this.onSubscriptionChange)
+    if (pubsub.topicValidators.get(this.topic) === this.validate) pubsub.topicValidators.delete(this.topic)
+    try {
+      pubsub.unsubscribe(this.topic)
+    } catch (err: any) {
+      // a stopped pubsub has no subscriptions left to drop
+      this.log.trace('could not unsubscribe from %s: %s', this.topic, err?.message ?? err)
+    }
+    this.index.clear()
+  }
+
+  /** The announced set changed */
+  changed (): void {
+    this.publisher.changed()
+  }
+
+  announcers (capability: string): string[] {
+    return this.index.peers(capability)
+  }
+
+  stats (): GossipStats {
+    return { topic: this.topic, ...this.index.stats(), published: this.publisher.published, accepted: this.accepted, ignored: this.ignored, limited: this.limited, rejected: { ...this.rejected } }
+  }
+
+  /** Check a message of the topic and, when accepted, store it */
+  private receive (message: PubSubMessage): PubSubVerdict {
+    if (message.type !== 'signed') {
+      return this.reject('UNSIGNED', 'unsigned message')
+    }
+    const from = message.from.toString()
+    if (from === this.self) {
+      this.ignored++
+      return 'ignore'
+    }
+    // before any parsing; ignored, not rejected: the peer that relayed it is not to blame
+    if (!this.budgets.take(from)) {
+      if (this.limited++ % 100 === 0) this.log('ignored snapshots of %s: more than %d a minute (%d so far)', from, this.init.opts.maxSnapshotsPerMinute, this.limited)
+      return 'ignore'
+    }
+    let snapshot
+    try {
+      snapshot = decodeSnapshot(message.data, { maxBytes: this.init.opts.maxMessageBytes, maxCapabilities: this.init.opts.maxCapabilities })
+    } catch (err: any) {
+      return this.reject(err?.code ?? 'INVALID_SNAPSHOT', `from ${from}: ${err?.message ?? err}`)
+    }
+    const now = Date.now()
+    if (snapshot.seq + Math.min(snapshot.ttl, this.init.opts.maxTtl) + this.init.opts.clockSkew < now) {
+      this.ignored++
+      this.log('ignored an expired snapshot of %s (seq %d, ttl %d): a replay or a slow path', from, snapshot.seq, snapshot.ttl)
+      return 'ignore'
+    }
+    if (this.index.apply(from, snapshot, now) === 'stale') {
+      this.ignored++
+      this.log.trace('ignored snapshot seq %d of %s: not newer than the one held', snapshot.seq, from)
+      return 'ignore'
+    }
+    this.accepted++
+    this.log.trace('snapshot seq %d of %s: %d capabilities%s', snapshot.seq, from, snapshot.caps.length, snapshot.hello === true ? ' (hello)' : '')
+    if (snapshot.hello === true) this.publisher.heardHello()
+    return 'accept'
+  }
+
+  private reject (code: string, reason: string): PubSubVerdict {
+    this.rejected[code] = (this.rejected[code] ?? 0) + 1
+    this.log('rejected a snapshot on %s (%s): %s', this.topic, code, reason)
+    return 'reject'
+  }
+}

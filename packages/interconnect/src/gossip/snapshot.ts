@@ -1,0 +1,89 @@
+/**
+ * Capability snapshots (spec `interconnect.md` 12.2): the DAG-CBOR message a
+ * node publishes on its domain's gossip topic, listing every capability it
+ * announces. The announcer is the gossipsub message's signer, never a field
+ * of the payload. Decoding checks the byte bound before parsing and throws a
+ * typed error (`SnapshotTooLargeError`, `InvalidSnapshotError`) that the
+ * topic validator turns into a rejection.
+ */
+import * as dagCbor from '@ipld/dag-cbor'
+import { isCapability } from '../capability.js'
+import { InvalidSnapshotError, SnapshotTooLargeError } from '../errors.js'
+
+/** Version of the snapshot schema (also the `1` of the topic name) */
+export const SNAPSHOT_VERSION = 1
+
+/** Topic names start with this; the domain follows */
+export const GOSSIP_TOPIC_PREFIX = '/ioa/caps/1/'
+
+/** The gossip topic of a domain: `/ioa/caps/1/<domain>` */
+export function gossipTopic (domain: string): string {
+  return GOSSIP_TOPIC_PREFIX + domain
+}
+
+/** The largest `seq` and `ttl`: integers a reader of any language holds exactly */
+const MAX_SEQ = Number.MAX_SAFE_INTEGER
+const MAX_TTL = 2_147_483_647
+
+/** A node's whole set of announced capabilities */
+export interface CapabilitySnapshot {
+  v: 1
+  /** Strictly increasing per announcer (the reference publisher uses its clock in ms) */
+  seq: number
+  /** How long the receiver keeps the snapshot, in ms (clamped by the receiver) */
+  ttl: number
+  /** Capability names, each once; empty withdraws everything */
+  caps: string[]
+  /** Set on a node's first snapshot: receivers republish their own soon */
+  hello?: true
+}
+
+export interface SnapshotLimits {
+  /** Most bytes of an encoded snapshot */
+  maxBytes: number
+  /** Most capabilities in one snapshot */
+  maxCapabilities: number
+}
+
+/** The DAG-CBOR bytes of a snapshot (map keys in canonical order; `hello` only when set) */
+export function encodeSnapshot (snapshot: CapabilitySnapshot): Uint8Array {
+  const { v, seq, ttl, caps, hello } = snapshot
+  return dagCbor.encode(hello === true ? { v, seq, ttl, caps, hello } : { v, seq, ttl, caps })
+}
+
+const isUint = (x: unknown, max: number): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x <= max
+
+/**
+ * Parse and check a received snapshot. Other keys than the schema's are
+ * ignored (later versions of this schema may add some).
+ */
+export function decodeSnapshot (bytes: Uint8Array, limits: SnapshotLimits): CapabilitySnapshot {
+  if (bytes.byteLength > limits.maxBytes) {
+    throw new SnapshotTooLargeError(`snapshot of ${bytes.byteLength} bytes exceeds ${limits.maxBytes}`)
+  }
+  let value: unknown
+  try {
+    value = dagCbor.decode(bytes)
+  } catch (err: any) {
+    throw new InvalidSnapshotError(`not DAG-CBOR: ${err?.message ?? err}`)
+  }
+  if (value == null || typeof value !== 'object' || Array.isArray(value) || value instanceof Uint8Array) {
+    throw new InvalidSnapshotError('snapshot is not a map')
+  }
+  const m = value as Record<string, unknown>
+  if (m.v !== SNAPSHOT_VERSION) throw new InvalidSnapshotError(`unknown snapshot version ${String(m.v).slice(0, 16)}`)
+  if (!isUint(m.seq, MAX_SEQ) || m.seq < 1) throw new InvalidSnapshotError('seq must be an integer 1 to 2^53-1')
+  if (!isUint(m.ttl, MAX_TTL) || m.ttl < 1) throw new InvalidSnapshotError('ttl must be an integer 1 to 2^31-1 ms')
+  if (!Array.isArray(m.caps)) throw new InvalidSnapshotError('caps must be a list')
+  if (m.caps.length > limits.maxCapabilities) {
+    throw new SnapshotTooLargeError(`snapshot of ${m.caps.length} capabilities exceeds ${limits.maxCapabilities}`)
+  }
+  const seen = new Set<string>()
+  for (const c of m.caps) {
+    if (!isCapability(c)) throw new InvalidSnapshotError(`caps holds an invalid capability name ${JSON.stringify(c)?.slice(0, 140)}`)
+    if (seen.has(c)) throw new InvalidSnapshotError(`caps lists ${c} twice`)
+    seen.add(c)
+  }
+  if (m.hello !== undefined && m.hello !== true) throw new InvalidSnapshotError('hello must be true when present')
+  return { v: SNAPSHOT_VERSION, seq: m.seq, ttl: m.ttl, caps: m.caps as string[], ...(m.hello === true ? { hello: true as const } : {}) }
+}

@@ -7,6 +7,7 @@
  */
 import { peerIdFromString } from '@libp2p/peer-id'
 import { Queue } from '@libp2p/utils'
+import { multiaddr } from '@multiformats/multiaddr'
 import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
 import { assertCapability, capabilityCid } from './capability.js'
@@ -69,7 +70,7 @@ export interface DiscoveryInit {
   opts: Defaults
   log: Logger
   /** The gossip index: peers that announced a capability (spec section 12.5) */
-  gossip?: { announcers(capability: string): string[] }
+  gossip?: { announcers(capability: string): string[], addresses(peer: string): string[] }
 }
 
 export class Discovery {
@@ -199,11 +200,16 @@ export class Discovery {
     // gossip announcers are known at once: they are queued first, and the
     // DHT walk runs beside them (each peer is fetched once, by either)
     const fromGossip = (async () => {
-      if (options.gossip === false) return
-      for (const id of this.init.gossip?.announcers(query.capability) ?? []) {
+      const gossip = this.init.gossip
+      if (options.gossip === false || gossip == null) return
+      for (const id of gossip.announcers(query.capability)) {
         if (id === self || fetched.has(id)) continue
         fetched.add(id)
-        await enqueue(peerIdFromString(id), 'gossip')
+        const peer = peerIdFromString(id)
+        // the snapshot's addresses spare the fetch a DHT walk for the peer
+        const addrs = gossip.addresses(id)
+        if (addrs.length > 0) await rememberAddresses(components.peerStore, { id: peer, multiaddrs: addrs.map(a => multiaddr(a)) }, this.log)
+        await enqueue(peer, 'gossip')
       }
     })().catch((err: any) => {
       // the DHT's providers are still fetched

@@ -63,6 +63,7 @@ class DefaultInterconnect implements InterconnectService {
   private readonly onAddressChange = (): void => {
     this.log('addresses changed: re-signing cards')
     void this.directory.resignAll()
+    this.gossipChannel?.changed()
   }
 
   constructor (components: InterconnectComponents, init: InterconnectInit = {}) {
@@ -94,14 +95,14 @@ class DefaultInterconnect implements InterconnectService {
       log: logger.forComponent(`${prefix}:cards`),
       trustedGateways: new Set(init.trustedGateways ?? [])
     })
-    this.gossipChannel = this.makeGossip(components, `${prefix}:gossip`)
+    this.gossipChannel = this.makeGossip(components, `${prefix}:gossip`, init.private ?? false)
     const parts = { components, directory: this.directory, cards: this.cards, caches: this.caches, history: this.history, opts: this.opts }
     this.discovery = new Discovery({ ...parts, ranker: init.ranker ?? defaultRanker(), log: logger.forComponent(`${prefix}:discovery`), gossip: this.gossipChannel })
     this.router = new Router({ ...parts, log: logger.forComponent(`${prefix}:route`) })
   }
 
   /** The gossip channel, unless it is off or the node has no pubsub service */
-  private makeGossip (components: InterconnectComponents, component: string): GossipChannel | undefined {
+  private makeGossip (components: InterconnectComponents, component: string, hidden: boolean): GossipChannel | undefined {
     const opts = this.opts.gossip
     if (opts === false) return undefined
     const log = components.logger.forComponent(component)
@@ -116,6 +117,8 @@ class DefaultInterconnect implements InterconnectService {
       opts,
       log,
       caps: () => this.gossipCaps(),
+      // as on the cards: none for a node reachable only through its gateways
+      addrs: () => hidden ? [] : components.addresses.getMultiaddrs().map(a => a.toString()),
       // a cached lookup of a name whose announcers changed would hide them
       onChange: names => { for (const n of names) this.caches.lookups.delete(n) }
     })

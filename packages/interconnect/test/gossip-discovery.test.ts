@@ -5,7 +5,7 @@
  * joiner that learns the index through `hello`.
  */
 import { createTransportNode } from '@ioa/transport'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { startNetwork } from '../../../test/harness/index.js'
 import { LOOPBACK, until } from '../../../test/util.js'
 import { createInterconnect } from '../src/index.js'
@@ -60,6 +60,28 @@ describe('gossip discovery over TCP', () => {
     const stats = ics[0].gossip?.stats()
     expect(stats?.topic).toBe(`/ioa/caps/1/${DOMAIN}`)
     expect(stats?.rejected).toEqual({})
+  })
+
+  it('a snapshot carries its announcer\'s addresses: a lookup dials an announcer it has never met without asking the DHT for it', async () => {
+    // 1 and 2 meet only through 0
+    net = await startNetwork({ size: 3, transport: 'tcp', topology: 'star' })
+    await net.waitForRoutingTables(1, { timeout: 30_000 })
+    const ics = await Promise.all(net.nodes.map(async n => createInterconnect(n, { domain: DOMAIN, requestTimeout: 5_000 })))
+    for (const ic of ics) extra.push(ic)
+    const [, asker, holder] = net.nodes
+    const agent = await ics[2].host({ key: 'far', name: 'Far', skills: [{ id: 'sea.ferry' }] })
+    await until(() => ics[1].gossip?.announcers('sea').includes(peerOf(ics[2])), { ...POLL, what: 'announcer in the index' })
+    const listed = ics[1].gossip?.addresses(peerOf(ics[2])) ?? []
+    expect(listed.length).toBeGreaterThan(0)
+    expect(listed.sort()).toEqual(holder.getMultiaddrs().map(a => a.toString()).sort())
+    // forget what the DHT's own traffic taught the asker about the holder (its
+    // self-query may have dialled it)
+    await asker.hangUp(holder.peerId)
+    await asker.peerStore.delete(holder.peerId)
+    const findPeer = vi.spyOn(asker.peerRouting, 'findPeer')
+    const found = await ics[1].discoverAll({ capability: 'sea.ferry' }, { dht: false, cache: false, timeout: 15_000 })
+    expect(found.map(r => r.card.id)).toEqual([agent.did])
+    expect(findPeer).not.toHaveBeenCalled()
   })
 
   it('withdraws a peer from every index on unhost and on stop', async () => {

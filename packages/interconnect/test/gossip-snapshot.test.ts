@@ -14,6 +14,7 @@ interface GossipVectors {
   topic: { domain: string, name: string }
   snapshot: { value: CapabilitySnapshot, hex: string }
   withdrawal: { value: CapabilitySnapshot, hex: string }
+  addressed: { value: CapabilitySnapshot, hex: string }
   refused: Array<{ why: string, value: Record<string, unknown>, error: string }>
 }
 
@@ -25,7 +26,7 @@ describe('capability snapshots (spec vectors)', () => {
     expect(gossipTopic(v.topic.domain)).toBe(v.topic.name)
   })
 
-  it.each(['snapshot', 'withdrawal'] as const)('encodes and decodes the %s vector', (name) => {
+  it.each(['snapshot', 'withdrawal', 'addressed'] as const)('encodes and decodes the %s vector', (name) => {
     const { value, hex } = v[name]
     expect(toHex(encodeSnapshot(value))).toBe(hex)
     expect(decodeSnapshot(fromHex(hex), LIMITS)).toEqual(value)
@@ -73,5 +74,21 @@ describe('capability index', () => {
     expect(index.stats()).toEqual({ announcers: 2, names: 6, evicted: 1 })
     index.prune(10_000)
     expect(index.stats()).toEqual({ announcers: 0, names: 0, evicted: 1 })
+  })
+})
+
+describe('capability index: addresses', () => {
+  it('keeps the announcer\'s own addresses of its latest snapshot, not those naming another peer, until it expires', () => {
+    const index = new CapabilityIndex({ maxAnnouncers: 10, maxNames: 100, maxTtl: 5_000 })
+    const addrs = ['/ip4/192.0.2.7/tcp/4001', '/ip4/192.0.2.7/tcp/4002/p2p/p1', '/ip4/192.0.2.8/tcp/4001/p2p/p2']
+    index.apply('p1', { v: 1, seq: 1, ttl: 5_000, caps: ['geo'], addrs }, 0)
+    expect(index.addresses('p1', 0)).toEqual(addrs.slice(0, 2))
+    expect(index.addresses('p2', 0)).toEqual([])
+    // a withdrawal lists none
+    index.apply('p1', { v: 1, seq: 2, ttl: 5_000, caps: [] }, 0)
+    expect(index.addresses('p1', 0)).toEqual([])
+    index.apply('p1', { v: 1, seq: 3, ttl: 5_000, caps: ['geo'], addrs: addrs.slice(0, 1) }, 0)
+    expect(index.addresses('p1', 4_999)).toEqual(addrs.slice(0, 1))
+    expect(index.addresses('p1', 5_000)).toEqual([])
   })
 })

@@ -26,6 +26,8 @@ interface Entry {
   expiresAt: number
   /** Indexed names: the capabilities and their prefixes */
   names: Set<string>
+  /** The announcer's addresses from its snapshot (those naming another peer left out) */
+  addrs: string[]
 }
 
 /** What happened to a snapshot given to `apply` */
@@ -38,6 +40,12 @@ export interface CapabilityIndexStats {
   names: number
   /** Announcers dropped to stay within the bounds */
   evicted: number
+}
+
+/** Does `addr` leave out a peer id, or name `peer`? (`/p2p/<other>` is not the announcer's to list) */
+function ownAddress (addr: string, peer: string): boolean {
+  const at = addr.lastIndexOf('/p2p/')
+  return at < 0 || addr.slice(at + 5) === peer
 }
 
 export class CapabilityIndex {
@@ -74,7 +82,8 @@ export class CapabilityIndex {
       this.entries.delete(peer)
       this.unindex(peer, old, names)
     }
-    const entry: Entry = { seq: snapshot.seq, expiresAt: now + Math.min(snapshot.ttl, this.init.maxTtl), names }
+    const addrs = (snapshot.addrs ?? []).filter(a => ownAddress(a, peer))
+    const entry: Entry = { seq: snapshot.seq, expiresAt: now + Math.min(snapshot.ttl, this.init.maxTtl), names, addrs }
     const added: string[] = []
     for (const n of names) {
       let peers = this.byName.get(n)
@@ -101,6 +110,12 @@ export class CapabilityIndex {
     if (e == null) return
     this.entries.delete(peer)
     this.unindex(peer, e)
+  }
+
+  /** The addresses `peer` listed in its unexpired snapshot */
+  addresses (peer: string, now = Date.now()): string[] {
+    const e = this.entries.peek(peer)
+    return e != null && e.expiresAt > now ? e.addrs : []
   }
 
   /** Peers whose unexpired snapshot announces `capability` or a name below it */

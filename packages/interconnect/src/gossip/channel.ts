@@ -27,6 +27,8 @@ export interface GossipChannelInit {
   log: Logger
   /** The capabilities this node announces now */
   caps(): string[]
+  /** The addresses this node lists in its snapshots */
+  addrs(): string[]
   /** The announcers of these names changed (drop cached lookups of them) */
   onChange(names: Iterable<string>): void
 }
@@ -53,6 +55,8 @@ export interface GossipView {
   stats(): GossipStats
   /** Peers whose current snapshot announces `capability` or a name below it */
   announcers(capability: string): string[]
+  /** The addresses `peer` listed in its current snapshot (empty when none or unknown) */
+  addresses(peer: string): string[]
 }
 
 export class GossipChannel implements GossipView {
@@ -87,7 +91,7 @@ export class GossipChannel implements GossipView {
       onChange: names => { init.onChange(names) }
     })
     this.budgets = new TokenBuckets(init.opts.maxSnapshotsPerMinute, 60_000, init.opts.maxAnnouncers)
-    this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps })
+    this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps, addrs: init.addrs })
   }
 
   start (): void {
@@ -123,6 +127,10 @@ export class GossipChannel implements GossipView {
 
   announcers (capability: string): string[] {
     return this.index.peers(capability)
+  }
+
+  addresses (peer: string): string[] {
+    return this.index.addresses(peer)
   }
 
   stats (): GossipStats {

@@ -10,7 +10,7 @@
  * - on stop, an empty snapshot (withdrawal) if it announced anything.
  */
 import { raceSignal } from 'race-signal'
-import { encodeSnapshot, SNAPSHOT_VERSION } from './snapshot.js'
+import { encodeSnapshot, SNAPSHOT_MAX_ADDRS, SNAPSHOT_VERSION } from './snapshot.js'
 import type { GossipDefaults } from './options.js'
 import type { CapabilitySnapshot } from './snapshot.js'
 import type { PubSub } from '../components.js'
@@ -23,6 +23,8 @@ export interface PublisherInit {
   log: Logger
   /** The capabilities this node announces now */
   caps(): string[]
+  /** The addresses this node lists (at most 16 are sent) */
+  addrs(): string[]
 }
 
 /** How long the withdrawal on stop may take, ms */
@@ -140,7 +142,9 @@ export class GossipPublisher {
   }
 
   private snapshot (caps: string[], hello: boolean, seq: number): CapabilitySnapshot {
-    return { v: SNAPSHOT_VERSION, seq, ttl: this.init.opts.ttl, caps, ...(hello ? { hello: true as const } : {}) }
+    // a withdrawal lists no addresses: nothing is to be fetched from it
+    const addrs = caps.length > 0 ? this.init.addrs().slice(0, SNAPSHOT_MAX_ADDRS) : []
+    return { v: SNAPSHOT_VERSION, seq, ttl: this.init.opts.ttl, caps, ...(hello ? { hello: true as const } : {}), ...(addrs.length > 0 ? { addrs } : {}) }
   }
 
   private async send (caps: string[], hello: boolean, why: string, signal?: AbortSignal): Promise<void> {

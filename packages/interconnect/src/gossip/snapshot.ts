@@ -7,6 +7,7 @@
  * topic validator turns into a rejection.
  */
 import * as dagCbor from '@ipld/dag-cbor'
+import { multiaddr } from '@multiformats/multiaddr'
 import { isCapability } from '../capability.js'
 import { InvalidSnapshotError, SnapshotTooLargeError } from '../errors.js'
 
@@ -20,6 +21,10 @@ export const GOSSIP_TOPIC_PREFIX = '/ioa/caps/1/'
 export function gossipTopic (domain: string): string {
   return GOSSIP_TOPIC_PREFIX + domain
 }
+
+/** Most addresses in a snapshot, and the longest one (characters), as on a card */
+export const SNAPSHOT_MAX_ADDRS = 16
+const MAX_ADDR_LENGTH = 256
 
 /** The largest `seq` and `ttl`: integers a reader of any language holds exactly */
 const MAX_SEQ = Number.MAX_SAFE_INTEGER
@@ -36,6 +41,12 @@ export interface CapabilitySnapshot {
   caps: string[]
   /** Set on a node's first snapshot: receivers republish their own soon */
   hello?: true
+  /**
+   * Where the announcer listens (multiaddr strings, as on its cards), so that
+   * a receiver fetches its cards without asking the DHT for its address;
+   * absent or empty when it lists none
+   */
+  addrs?: string[]
 }
 
 export interface SnapshotLimits {
@@ -45,10 +56,25 @@ export interface SnapshotLimits {
   maxCapabilities: number
 }
 
-/** The DAG-CBOR bytes of a snapshot (map keys in canonical order; `hello` only when set) */
+/** The DAG-CBOR bytes of a snapshot (map keys in canonical order; `hello` only when set, `addrs` only when not empty) */
 export function encodeSnapshot (snapshot: CapabilitySnapshot): Uint8Array {
-  const { v, seq, ttl, caps, hello } = snapshot
-  return dagCbor.encode(hello === true ? { v, seq, ttl, caps, hello } : { v, seq, ttl, caps })
+  const { v, seq, ttl, caps, hello, addrs } = snapshot
+  return dagCbor.encode({ v, seq, ttl, caps, ...(hello === true ? { hello } : {}), ...(addrs != null && addrs.length > 0 ? { addrs } : {}) })
+}
+
+/** Check the `addrs` of a received snapshot: a list of at most 16 multiaddr strings */
+function checkAddrs (addrs: unknown): string[] {
+  if (!Array.isArray(addrs)) throw new InvalidSnapshotError('addrs must be a list')
+  if (addrs.length > SNAPSHOT_MAX_ADDRS) throw new InvalidSnapshotError(`addrs holds ${addrs.length} addresses, at most ${SNAPSHOT_MAX_ADDRS}`)
+  for (const a of addrs) {
+    if (typeof a !== 'string' || a.length > MAX_ADDR_LENGTH) throw new InvalidSnapshotError(`addrs entries must be multiaddr strings of at most ${MAX_ADDR_LENGTH} characters`)
+    try {
+      multiaddr(a)
+    } catch {
+      throw new InvalidSnapshotError(`addrs holds ${JSON.stringify(a).slice(0, 80)}, not a multiaddr`)
+    }
+  }
+  return addrs
 }
 
 const isUint = (x: unknown, max: number): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x <= max
@@ -85,5 +111,6 @@ export function decodeSnapshot (bytes: Uint8Array, limits: SnapshotLimits): Capa
     seen.add(c)
   }
   if (m.hello !== undefined && m.hello !== true) throw new InvalidSnapshotError('hello must be true when present')
-  return { v: SNAPSHOT_VERSION, seq: m.seq, ttl: m.ttl, caps: m.caps as string[], ...(m.hello === true ? { hello: true as const } : {}) }
+  const addrs = m.addrs === undefined ? [] : checkAddrs(m.addrs)
+  return { v: SNAPSHOT_VERSION, seq: m.seq, ttl: m.ttl, caps: m.caps as string[], ...(m.hello === true ? { hello: true as const } : {}), ...(addrs.length > 0 ? { addrs } : {}) }
 }

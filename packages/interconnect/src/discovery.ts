@@ -5,12 +5,14 @@
  * as they come. Every card a provider serves also fills the route cache, so
  * that routing to a discovered agent needs no second walk.
  */
+import { retryFacts } from '@ioa/transport'
 import { Queue } from '@libp2p/utils'
 import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
 import { assertCapability, capabilityCid } from './capability.js'
 import { matchQuery } from './ranking.js'
 import type { InterconnectCaches } from './caches.js'
+import type { SignedCard } from './card.js'
 import type { CardProtocol } from './card-protocol.js'
 import type { InterconnectComponents } from './components.js'
 import type { Directory } from './directory.js'
@@ -22,6 +24,27 @@ import type { Logger, PeerInfo } from '@libp2p/interface'
 
 /** Default time a lookup may take, in ms */
 export const LOOKUP_TIMEOUT = 10_000
+
+/** Pause before the second card fetch from one provider, ms; twice as long before each later one */
+const FETCH_RETRY_PAUSE = 100
+
+/**
+ * Whether a failed card fetch may pass when asked again: the exchange broke
+ * before an answer (it timed out, the stream was reset), as a loaded peer's
+ * does. A refusal, a malformed answer or a dial that failed (a peer that is
+ * gone) would fail the same way again.
+ */
+function fetchMayPassAgain (err: unknown): boolean {
+  return retryFacts(err, { reader: 'interconnect' }).reached === 'maybe'
+}
+
+/** How a lookup's walk ended, for the decision to cache its results */
+interface WalkEnd {
+  /** the lookup's deadline (or the caller's abort) came before the walk and its fetches ended */
+  cut: boolean
+  /** providers skipped after a fetch that broke before an answer, on every attempt */
+  lost: number
+}
 
 /** Bounds of `DiscoverOptions.wait` and the pauses between its lookups, ms */
 const WAIT_MAX_AGENTS = 1_000
@@ -125,8 +148,9 @@ export class Discovery {
     const signal = anySignal([stopped.signal, options.signal, AbortSignal.timeout(options.timeout ?? LOOKUP_TIMEOUT)])
     const out = pushable<DiscoveredAgent>({ objectMode: true })
     const collected: DiscoveredAgent[] = []
+    const end: WalkEnd = { cut: false, lost: 0 }
 
-    void this.walk(query, signal, out, collected)
+    void this.walk(query, signal, out, collected, end)
       .catch((err: any) => { this.log.error('lookup of %s failed: %s', query.capability, err?.message ?? err) })
       .finally(() => { out.end() })
 
@@ -140,7 +164,10 @@ export class Discovery {
         yield r
         if (++count >= limit) return
       }
-      complete = !signal.aborted || options.signal?.aborted !== true
+      // a lookup cut short by its deadline, or that lost a provider to a
+      // fetch that broke, is not the whole answer: the next lookup walks again
+      complete = !end.cut && end.lost === 0
+      if (!complete) this.log('lookup of %s was cut short (%s): its %d result(s) are not cached', query.capability, end.cut ? 'deadline' : `${end.lost} provider(s) did not answer`, collected.length)
       if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
     } finally {
       stopped.abort()
@@ -155,32 +182,37 @@ export class Discovery {
   }
 
   /** Walk the DHT record of the capability and push what its providers serve */
-  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): Promise<void> {
-    const { components, opts, caches } = this.init
+  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], end: WalkEnd): Promise<void> {
+    const { components, opts } = this.init
     const self = components.peerId.toString()
     const cid = await capabilityCid(query.capability)
     const fetches = new Queue<void>({ concurrency: opts.fetchConcurrency })
     const fetched = new Set<string>()
     const fetch = async (provider: PeerInfo): Promise<void> => {
       const id = provider.id.toString()
-      const started = performance.now()
-      try {
-        const cards = await this.init.cards.fetchCards(provider.id, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
-        const latency = performance.now() - started
-        const at = Date.now()
-        for (const signed of cards) {
-          const all = matchQuery(signed.card, { capability: query.capability })
-          if (all.length === 0) continue
-          // a verified card from this provider is a route to its agent
-          caches.addRoute(signed, id, at)
-          const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
-          caches.collect(collected, result)
-          const skills = matchQuery(signed.card, query)
-          if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
+      for (let attempt = 1; ; attempt++) {
+        const started = performance.now()
+        try {
+          const cards = await this.init.cards.fetchCards(provider.id, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
+          this.take(query, id, cards, performance.now() - started, out, collected)
+          return
+        } catch (err: any) {
+          const again = fetchMayPassAgain(err)
+          // a provider that did not answer in time (a loaded peer) is asked again, within the lookup's time
+          if (again && attempt < opts.fetchAttempts && !signal.aborted) {
+            this.log('lookup of %s asks provider %s again (attempt %d of %d failed: %s)', query.capability, id, attempt, opts.fetchAttempts, err?.message ?? err)
+            try {
+              await sleep(FETCH_RETRY_PAUSE * 2 ** (attempt - 1), signal)
+              continue
+            } catch {
+              // the lookup's deadline came during the pause: the provider is lost to it
+            }
+          }
+          if (again || signal.aborted) end.lost++
+          // unreachable, misbehaving or silent provider: skip it
+          this.log('lookup of %s skips provider %s after %d attempt(s): %s', query.capability, id, attempt, err?.message ?? err)
+          return
         }
-      } catch (err: any) {
-        // unreachable or misbehaving provider: skip it
-        this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
       }
     }
     try {
@@ -198,6 +230,23 @@ export class Discovery {
       this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
     }
     await fetches.onIdle()
+    end.cut = signal.aborted
+  }
+
+  /** Verify-time work on the cards one provider served: route cache, lookup cache, results */
+  private take (query: DiscoveryQuery, id: string, cards: SignedCard[], latency: number, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): void {
+    const { caches } = this.init
+    const at = Date.now()
+    for (const signed of cards) {
+      const all = matchQuery(signed.card, { capability: query.capability })
+      if (all.length === 0) continue
+      // a verified card from this provider is a route to its agent
+      caches.addRoute(signed, id, at)
+      const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source: 'dht' }, { capability: query.capability }, at)
+      caches.collect(collected, result)
+      const skills = matchQuery(signed.card, query)
+      if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
+    }
   }
 
   async discoverAll (query: DiscoveryQuery, options: DiscoverOptions = {}): Promise<DiscoveredAgent[]> {

@@ -5,7 +5,7 @@
  * as they come. Every card a provider serves also fills the route cache, so
  * that routing to a discovered agent needs no second walk.
  */
-import { retryFacts } from '@ioa/transport'
+import { DialFailedError, retryFacts } from '@ioa/transport'
 import { Queue } from '@libp2p/utils'
 import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
@@ -30,12 +30,20 @@ const FETCH_RETRY_PAUSE = 100
 
 /**
  * Whether a failed card fetch may pass when asked again: the exchange broke
- * before an answer (it timed out, the stream was reset), as a loaded peer's
- * does. A refusal, a malformed answer or a dial that failed (a peer that is
- * gone) would fail the same way again.
+ * before an answer (it timed out, the stream was reset), or the dial ran out
+ * of time, as a loaded peer's do. A refusal, a malformed answer or a dial
+ * that failed otherwise (refused: a peer that is gone; no address) would
+ * fail the same way again.
  */
 function fetchMayPassAgain (err: unknown): boolean {
-  return retryFacts(err, { reader: 'interconnect' }).reached === 'maybe'
+  if (retryFacts(err, { reader: 'interconnect' }).reached === 'maybe') return true
+  return (err as { code?: unknown } | null)?.code === DialFailedError.code && timedOut((err as Error).cause)
+}
+
+/** A dial's own timeout: libp2p's `TimeoutError` or the reason of `AbortSignal.timeout`, alone or for every address */
+function timedOut (cause: unknown): boolean {
+  if (cause instanceof AggregateError) return cause.errors.length > 0 && cause.errors.every(timedOut)
+  return (cause as { name?: unknown } | null)?.name === 'TimeoutError'
 }
 
 /** How a lookup's walk ended, for the decision to cache its results */

@@ -110,9 +110,10 @@ export interface InterconnectInit {
 
   /**
    * Times one lookup asks one provider for its cards, 1-10: a fetch that
-   * broke before an answer (timed out, stream reset) is tried again after a
-   * short pause (100 ms, doubling), within the lookup's timeout; a refusal,
-   * a malformed answer or a failed dial is not (spec `interconnect.md` 7)
+   * broke before an answer (timed out, stream reset) or whose dial timed
+   * out is tried again after a short pause (100 ms, doubling), within the
+   * lookup's timeout; a refusal, a malformed answer or a refused dial is not
+   * (spec `interconnect.md` 7)
    *
    * @default 3
    */

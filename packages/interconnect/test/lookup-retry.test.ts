@@ -2,8 +2,9 @@
  * The lookup's card fetches (spec `interconnect.md` 7, step 4 and "Asking a
  * provider again"; issue 14), over TCP on 127.0.0.1: a provider found in the
  * DHT whose first card answer does not come in time (a loaded peer) is asked
- * again within the lookup, not dropped; a refusal, a malformed answer or a
- * provider that is gone is asked once; a lookup that lost a provider to a
+ * again within the lookup, not dropped, and so is one whose dial ran out of
+ * time; a refusal, a malformed answer or a provider that is gone (its dial
+ * is refused) is asked once; a lookup that lost a provider to a
  * fetch that broke is not cached.
  *
  * The providers here are bare nodes with their own `list` handler, so that
@@ -18,6 +19,7 @@ import { until } from '../../../test/util.js'
 import { BadRequestError, CARD_PROTOCOL, capabilityCid, createIdentity, createInterconnect, signCard } from '../src/index.js'
 import type { Network } from '../../../test/harness/index.js'
 import type { Interconnect, InterconnectInit, SignedCard } from '../src/index.js'
+import { DialFailedError } from '@ioa/transport'
 import type { TransportNode } from '@ioa/transport'
 
 const extra = stopAfterEach()
@@ -131,6 +133,25 @@ describe('card fetches of a lookup (TCP)', () => {
     }
     expect(lists()).toBe(1)
     expect(errors).toEqual(['DIAL_FAILED'])
+  }, 120_000)
+
+  it('a provider whose dial ran out of time is asked again', async () => {
+    const { net, asker } = await network(2)
+    const hotel = await provider(net, 1, 'at-once', 'Far Hotel')
+    // libp2p's own dial timeout (5 s) cannot be shortened from here: the asker's
+    // first list request fails as a dial that timed out does, the second goes out
+    const messaging = net.nodes[0].services.messaging
+    const real = messaging.request.bind(messaging)
+    let failed = 0
+    vi.spyOn(messaging, 'request').mockImplementation(async (...args: Parameters<typeof messaging.request>) => {
+      if (args[1] === CARD_PROTOCOL && failed++ === 0) {
+        throw new DialFailedError('Could not dial: The operation was aborted due to timeout', { cause: new DOMException('The operation was aborted due to timeout', 'TimeoutError') })
+      }
+      return real(...args)
+    })
+    expect(await ids(asker)).toEqual([hotel.did])
+    expect(failed).toBe(2)
+    expect(hotel.asked()).toBe(1)
   }, 120_000)
 
   it('a lookup that lost a provider to a late answer is not cached: the next one asks again', async () => {

@@ -70,7 +70,8 @@ describe('discovery recall over TCP (30 nodes)', () => {
     } catch (err: any) {
       return `a bare walk failed: ${err?.message ?? err}`
     }
-    return `a bare walk now finds ${missed.filter(i => providers.has(net.nodes[i].peerId.toString())).length} of the ${missed.length} missed provider nodes`
+    const connected = missed.filter(i => node.getConnections(net.nodes[i].peerId).length > 0).length
+    return `a bare walk now finds ${missed.filter(i => providers.has(net.nodes[i].peerId.toString())).length} of the ${missed.length} missed provider nodes, ${connected} connected to the asker`
   }
 
   /** One lookup from `asker`: the agents it misses, explained, or undefined */
@@ -80,7 +81,7 @@ describe('discovery recall over TCP (30 nodes)', () => {
     const missedDids = expected.filter(d => !got.has(d))
     if (missedDids.length === 0) return undefined
     const missed = [...(holders.get(cap) ?? new Map<number, string[]>()).entries()].filter(([i, dids]) => !without.includes(i) && dids.some(d => !got.has(d))).map(([i]) => i)
-    return `${asker.name}, ${cap}: ${expected.length - missedDids.length}/${expected.length} (missed nodes ${missed.join(', ')}; ${await explain(asker.node, cap, missed)})`
+    return `${asker.name}, ${cap}: ${expected.length - missedDids.length}/${expected.length} (missed nodes ${missed.map(i => `${i} (${net.nodes[i].peerId.toString()})`).join(', ')} from ${asker.node.peerId.toString()}; ${await explain(asker.node, cap, missed)})`
   }
 
   beforeAll(async () => {

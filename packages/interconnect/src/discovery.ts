@@ -239,6 +239,7 @@ export class Discovery {
     }
     await fetches.onIdle()
     end.cut = signal.aborted
+    if (this.log.enabled) this.log('lookup of %s: the walk found %d provider(s) (%s)%s', query.capability, fetched.size, [...fetched].join(', '), end.cut ? ', cut short' : '')
   }
 
   /** Verify-time work on the cards one provider served: route cache, lookup cache, results */

@@ -40,10 +40,17 @@ function fetchMayPassAgain (err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === DialFailedError.code && timedOut((err as Error).cause)
 }
 
-/** A dial's own timeout: libp2p's `TimeoutError` or the reason of `AbortSignal.timeout`, alone or for every address */
+/**
+ * A dial that ran out of time rather than being refused: libp2p's
+ * `TimeoutError`, the reason of an `AbortSignal.timeout`, or the abort of a
+ * dial this one joined (libp2p shares one dial to a peer between callers,
+ * and the fetch's own signal had not fired, or messaging would have said
+ * so), alone or for every address tried
+ */
 function timedOut (cause: unknown): boolean {
   if (cause instanceof AggregateError) return cause.errors.length > 0 && cause.errors.every(timedOut)
-  return (cause as { name?: unknown } | null)?.name === 'TimeoutError'
+  const { name, message } = (cause ?? {}) as { name?: unknown, message?: unknown }
+  return name === 'TimeoutError' || name === 'AbortError' || (typeof message === 'string' && /\btime(d)? ?out\b/i.test(message))
 }
 
 /** How a lookup's walk ended, for the decision to cache its results */
@@ -218,7 +225,7 @@ export class Discovery {
           }
           if (again || signal.aborted) end.lost++
           // unreachable, misbehaving or silent provider: skip it
-          this.log('lookup of %s skips provider %s after %d attempt(s): %s', query.capability, id, attempt, err?.message ?? err)
+          this.log('lookup of %s skips provider %s after %d attempt(s): %s %s (cause %s)', query.capability, id, attempt, err?.code, err?.message ?? err, err?.cause?.name)
           return
         }
       }

@@ -12,7 +12,6 @@
  * fixed wait; the asker's per-fetch timeout and the lookup's timeout are
  * longer than the test's.
  */
-import pDefer from 'p-defer'
 import { describe, expect, it } from 'vitest'
 import { createInterconnect } from '../packages/interconnect/src/index.js'
 import { startNetwork } from './harness/index.js'
@@ -44,21 +43,22 @@ describe('discovery streams its results (TCP)', () => {
       { timeout: 120_000, interval: 200, what: 'both hotels found' })
 
     // from now on the slow node's `list` answers only when released
-    const release = pDefer<void>()
+    let open = (): void => {}
+    const released = new Promise<void>(resolve => { open = resolve })
     let slowAsked = 0
     slow.addCardSource(async () => {
       slowAsked++
-      await release.promise
+      await released
       return []
     })
-    extra.push({ stop: async () => { release.resolve() } })
+    extra.push({ stop: async () => { open() } })
 
     const lookup = asker.discover({ capability: CAPABILITY }, { cache: false, timeout: PATIENT })
     const first = await lookup.next()
     expect(first.done).toBe(false)
     expect((first.value as DiscoveredAgent).card.id).toBe(fastAgent.did)
     // the slow provider was asked (or is still to be): its answer has not come, the lookup goes on
-    release.resolve()
+    open()
     const rest: string[] = []
     for await (const r of lookup) rest.push(r.card.id)
     expect(rest).toEqual([slowAgent.did])

@@ -5,6 +5,7 @@
  * as they come. Every card a provider serves also fills the route cache, so
  * that routing to a discovered agent needs no second walk.
  */
+import { DialFailedError, retryFacts } from '@ioa/transport'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { Queue } from '@libp2p/utils'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -13,6 +14,7 @@ import { pushable } from 'it-pushable'
 import { assertCapability, capabilityCid } from './capability.js'
 import { matchQuery } from './ranking.js'
 import type { InterconnectCaches } from './caches.js'
+import type { SignedCard } from './card.js'
 import type { CardProtocol } from './card-protocol.js'
 import type { InterconnectComponents } from './components.js'
 import type { Directory } from './directory.js'
@@ -24,6 +26,42 @@ import type { Logger, PeerId, PeerInfo } from '@libp2p/interface'
 
 /** Default time a lookup may take, in ms */
 export const LOOKUP_TIMEOUT = 10_000
+
+/** Pause before the second card fetch from one provider, ms; twice as long before each later one */
+const FETCH_RETRY_PAUSE = 100
+
+/**
+ * Whether a failed card fetch may pass when asked again: the exchange broke
+ * before an answer (it timed out, the stream was reset), or the dial ran out
+ * of time, as a loaded peer's do. A refusal, a malformed answer or a dial
+ * that failed otherwise (refused: a peer that is gone; no address) would
+ * fail the same way again.
+ */
+function fetchMayPassAgain (err: unknown): boolean {
+  if (retryFacts(err, { reader: 'interconnect' }).reached === 'maybe') return true
+  return (err as { code?: unknown } | null)?.code === DialFailedError.code && timedOut((err as Error).cause)
+}
+
+/**
+ * A dial that ran out of time rather than being refused: libp2p's
+ * `TimeoutError`, the reason of an `AbortSignal.timeout`, or the abort of a
+ * dial this one joined (libp2p shares one dial to a peer between callers,
+ * and the fetch's own signal had not fired, or messaging would have said
+ * so), alone or for every address tried
+ */
+function timedOut (cause: unknown): boolean {
+  if (cause instanceof AggregateError) return cause.errors.length > 0 && cause.errors.every(timedOut)
+  const { name, message } = (cause ?? {}) as { name?: unknown, message?: unknown }
+  return name === 'TimeoutError' || name === 'AbortError' || (typeof message === 'string' && /\btime(d)? ?out\b/i.test(message))
+}
+
+/** How a lookup's walk ended, for the decision to cache its results */
+interface WalkEnd {
+  /** the lookup's deadline (or the caller's abort) came before the walk and its fetches ended */
+  cut: boolean
+  /** providers skipped after a fetch that broke before an answer, on every attempt */
+  lost: number
+}
 
 /** Bounds of `DiscoverOptions.wait` and the pauses between its lookups, ms */
 const WAIT_MAX_AGENTS = 1_000
@@ -129,8 +167,9 @@ export class Discovery {
     const signal = anySignal([stopped.signal, options.signal, AbortSignal.timeout(options.timeout ?? LOOKUP_TIMEOUT)])
     const out = pushable<DiscoveredAgent>({ objectMode: true })
     const collected: DiscoveredAgent[] = []
+    const end: WalkEnd = { cut: false, lost: 0 }
 
-    void this.walk(query, signal, out, collected, options)
+    void this.walk(query, signal, out, collected, options, end)
       .catch((err: any) => { this.log.error('lookup of %s failed: %s', query.capability, err?.message ?? err) })
       .finally(() => { out.end() })
 
@@ -144,8 +183,11 @@ export class Discovery {
         yield r
         if (++count >= limit) return
       }
-      // a lookup with a channel turned off saw only part of the network: not cached
-      complete = (!signal.aborted || options.signal?.aborted !== true) && options.dht !== false && options.gossip !== false
+      // a lookup with a channel turned off saw only part of the network, and
+      // one cut short by its deadline, or that lost a provider to a fetch that
+      // broke, is not the whole answer: neither is cached (the next lookup walks again)
+      complete = !end.cut && end.lost === 0 && options.dht !== false && options.gossip !== false
+      if (end.cut || end.lost > 0) this.log('lookup of %s was cut short (%s): its %d result(s) are not cached', query.capability, end.cut ? 'deadline' : `${end.lost} provider(s) did not answer`, collected.length)
       if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
     } finally {
       stopped.abort()
@@ -164,32 +206,37 @@ export class Discovery {
    * and, beside them, walk its DHT record and fetch what the other
    * providers serve
    */
-  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions): Promise<void> {
-    const { components, opts, caches } = this.init
+  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions, end: WalkEnd): Promise<void> {
+    const { components, opts } = this.init
     const self = components.peerId.toString()
     const cid = await capabilityCid(query.capability)
     const fetches = new Queue<void>({ concurrency: opts.fetchConcurrency })
     const fetched = new Set<string>()
     const fetch = async (provider: PeerId, source: 'gossip' | 'dht'): Promise<void> => {
       const id = provider.toString()
-      const started = performance.now()
-      try {
-        const cards = await this.init.cards.fetchCards(provider, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
-        const latency = performance.now() - started
-        const at = Date.now()
-        for (const signed of cards) {
-          const all = matchQuery(signed.card, { capability: query.capability })
-          if (all.length === 0) continue
-          // a verified card from this provider is a route to its agent
-          caches.addRoute(signed, id, at)
-          const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source }, { capability: query.capability }, at)
-          caches.collect(collected, result)
-          const skills = matchQuery(signed.card, query)
-          if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
+      for (let attempt = 1; ; attempt++) {
+        const started = performance.now()
+        try {
+          const cards = await this.init.cards.fetchCards(provider, { prefix: query.capability, limit: opts.maxCardsPerProvider }, { signal })
+          this.take(query, id, source, cards, performance.now() - started, out, collected)
+          return
+        } catch (err: any) {
+          const again = fetchMayPassAgain(err)
+          // a provider that did not answer in time (a loaded peer) is asked again, within the lookup's time
+          if (again && attempt < opts.fetchAttempts && !signal.aborted) {
+            this.log('lookup of %s asks provider %s again (attempt %d of %d failed: %s)', query.capability, id, attempt, opts.fetchAttempts, err?.message ?? err)
+            try {
+              await sleep(FETCH_RETRY_PAUSE * 2 ** (attempt - 1), signal)
+              continue
+            } catch {
+              // the lookup's deadline came during the pause: the provider is lost to it
+            }
+          }
+          if (again || signal.aborted) end.lost++
+          // unreachable, misbehaving or silent provider: skip it
+          this.log('lookup of %s skips provider %s after %d attempt(s): %s %s (cause %s)', query.capability, id, attempt, err?.code, err?.message ?? err, err?.cause?.name)
+          return
         }
-      } catch (err: any) {
-        // unreachable or misbehaving provider: skip it
-        this.log('lookup of %s skips provider %s: %s', query.capability, id, err?.message ?? err)
       }
     }
     const enqueue = async (peer: PeerId, source: 'gossip' | 'dht'): Promise<void> => {
@@ -215,25 +262,40 @@ export class Discovery {
       // the DHT's providers are still fetched
       this.log.error('lookup of %s could not queue its gossip announcers: %s', query.capability, err?.message ?? err)
     })
-    if (options.dht === false) {
-      await fromGossip
-      await fetches.onIdle()
-      return
-    }
-    try {
-      for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
-        const id = provider.id.toString()
-        if (id === self || fetched.has(id)) continue
-        fetched.add(id)
-        await rememberAddresses(components.peerStore, provider, this.log)
-        await enqueue(provider.id, 'dht')
+    if (options.dht !== false) {
+      try {
+        for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
+          const id = provider.id.toString()
+          if (id === self || fetched.has(id)) continue
+          fetched.add(id)
+          await rememberAddresses(components.peerStore, provider, this.log)
+          await enqueue(provider.id, 'dht')
+        }
+      } catch (err: any) {
+        // the walk was aborted or ran out of peers: keep what was found
+        this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
       }
-    } catch (err: any) {
-      // the walk was aborted or ran out of peers: keep what was found
-      this.log.trace('walk for %s ended: %s', query.capability, err?.message ?? err)
     }
     await fromGossip
     await fetches.onIdle()
+    end.cut = signal.aborted
+    if (this.log.enabled) this.log('lookup of %s: the walk found %d provider(s) (%s)%s', query.capability, fetched.size, [...fetched].join(', '), end.cut ? ', cut short' : '')
+  }
+
+  /** Verify-time work on the cards one provider served: route cache, lookup cache, results */
+  private take (query: DiscoveryQuery, id: string, source: 'gossip' | 'dht', cards: SignedCard[], latency: number, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): void {
+    const { caches } = this.init
+    const at = Date.now()
+    for (const signed of cards) {
+      const all = matchQuery(signed.card, { capability: query.capability })
+      if (all.length === 0) continue
+      // a verified card from this provider is a route to its agent
+      caches.addRoute(signed, id, at)
+      const result = this.rank({ card: signed.card, signed, skills: all, peer: id, latency, alive: true, local: false, source }, { capability: query.capability }, at)
+      caches.collect(collected, result)
+      const skills = matchQuery(signed.card, query)
+      if (skills.length > 0) out.push(this.rank({ ...result, skills }, query, at))
+    }
   }
 
   async discoverAll (query: DiscoveryQuery, options: DiscoverOptions = {}): Promise<DiscoveredAgent[]> {

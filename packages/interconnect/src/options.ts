@@ -15,6 +15,7 @@ export interface Defaults {
   announceAgentIds: boolean
   announceConcurrency: number
   fetchConcurrency: number
+  fetchAttempts: number
   requestTimeout: number
   clockSkew: number
   maxCachedLookups: number
@@ -28,6 +29,9 @@ export interface Defaults {
   logPrefix: string
 }
 
+/** Most times one lookup may ask one provider for its cards */
+const MAX_FETCH_ATTEMPTS = 10
+
 /** Fill in the defaults of `init` and check every number */
 export function resolveOptions (init: InterconnectInit): Defaults {
   const opts: Defaults = {
@@ -38,6 +42,7 @@ export function resolveOptions (init: InterconnectInit): Defaults {
     announceAgentIds: init.announceAgentIds ?? true,
     announceConcurrency: init.announceConcurrency ?? 8,
     fetchConcurrency: init.fetchConcurrency ?? 8,
+    fetchAttempts: init.fetchAttempts ?? 3,
     requestTimeout: init.requestTimeout ?? 5_000,
     clockSkew: init.clockSkew ?? 60_000,
     maxCachedLookups: init.maxCachedLookups ?? 256,
@@ -58,6 +63,9 @@ export function resolveOptions (init: InterconnectInit): Defaults {
   for (const key of ['maxCachedLookups', 'maxCachedRoutes', 'maxCacheBytes', 'maxResultsPerLookup', 'maxHistory'] as const) {
     const v = opts[key]
     if (!Number.isInteger(v) || v < 1) throw new BadRequestError(`Invalid interconnect option ${key}=${v}`)
+  }
+  if (!Number.isInteger(opts.fetchAttempts) || opts.fetchAttempts < 1 || opts.fetchAttempts > MAX_FETCH_ATTEMPTS) {
+    throw new BadRequestError(`Invalid interconnect option fetchAttempts=${opts.fetchAttempts} (1-${MAX_FETCH_ATTEMPTS})`)
   }
   const perProvider = opts.maxCardsPerProvider
   if (!Number.isInteger(perProvider) || perProvider < 1 || perProvider > MAX_CARDS_PER_LIST) {

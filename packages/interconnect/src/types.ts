@@ -111,6 +111,17 @@ export interface InterconnectInit {
   fetchConcurrency?: number
 
   /**
+   * Times one lookup asks one provider for its cards, 1-10: a fetch that
+   * broke before an answer (timed out, stream reset) or whose dial timed
+   * out is tried again after a short pause (100 ms, doubling), within the
+   * lookup's timeout; a refusal, a malformed answer or a refused dial is not
+   * (spec `interconnect.md` 7)
+   *
+   * @default 3
+   */
+  fetchAttempts?: number
+
+  /**
    * Timeout of one card fetch or delivery hop, in ms
    *
    * @default 5_000

@@ -47,6 +47,23 @@ const MAX_OWN_LEASE = 20_000
 /** Finished tasks kept in memory for fast `get` (the datastore has them all) */
 const RECENT_TASKS = 256
 
+/** Why a task's handler signal is aborted: the task ended as `snapshot` shows */
+function endReason (snapshot: TaskSnapshot): Error {
+  const error = snapshot.error
+  if (error?.code === DeadlineExceededError.code) return new DeadlineExceededError(error.message)
+  if (snapshot.state === 'canceled') return new CanceledError('Task canceled')
+  return new CollabError(error?.code ?? 'TASK_ENDED', error?.message ?? `Task ${snapshot.state}`)
+}
+
+/** The task's abort signal, made on first use; already aborted when the task has ended */
+function signalOf (live: Live): AbortSignal {
+  if (live.controller == null) {
+    live.controller = new AbortController()
+    if (isTerminal(live.record.snapshot.state)) live.controller.abort(endReason(live.record.snapshot))
+  }
+  return live.controller.signal
+}
+
 export class TaskExecutor {
   private readonly components: TaskServiceComponents
   private readonly store: TaskStore
@@ -240,6 +257,9 @@ export class TaskExecutor {
     if (live.saveQueued) return
     live.saveQueued = true
     live.writing = live.writing.then(async () => {
+      // after the answer went out, and once for the changes of one turn (a
+      // fast task's working and completed are one write of the final record)
+      await new Promise(resolve => setTimeout(resolve, 0))
       live.saveQueued = false
       await this.store.put(live.record)
     }).catch((err: unknown) => {
@@ -318,14 +338,8 @@ export class TaskExecutor {
     live.pending = undefined
     this.setState(live, to, patch)
     this.reportEnd(live, to)
-    if (!live.controller.signal.aborted) {
-      const reason = patch.error?.code === DeadlineExceededError.code
-        ? new DeadlineExceededError(patch.error.message)
-        : to === 'canceled'
-          ? new CanceledError('Task canceled')
-          : new CollabError(patch.error?.code ?? 'TASK_ENDED', patch.error?.message ?? `Task ${to}`)
-      live.controller.abort(reason)
-    }
+    // a handler that read its signal learns why the task ended (one made later is aborted at once)
+    if (live.controller != null && !live.controller.signal.aborted) live.controller.abort(endReason(live.record.snapshot))
     const key = taskKey(live.record.agent, live.record.snapshot.id)
     this.live.delete(key)
     this.retention.add(this.retained(live.record, live.keepUntil, live.writing))
@@ -424,7 +438,6 @@ export class TaskExecutor {
       }
       const live: Live = {
         record,
-        controller: new AbortController(),
         subscribers: new Set(),
         pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
         writing: Promise.resolve(),
@@ -497,7 +510,7 @@ export class TaskExecutor {
       caller: live.record.owner,
       chain: pending.chain,
       capability: pending.capability,
-      signal: live.controller.signal,
+      signal: () => signalOf(live),
       deadline: snapshot.deadline,
       budget: pending.budget,
       progress: (message) => {

@@ -44,6 +44,24 @@ export interface LeaseWatchHost {
 }
 
 /**
+ * Read a finished task's stream to its end (the executor's END follows the
+ * terminal state at once): closing it earlier would send the executor a
+ * CANCEL for a task that is already over. Bounded by the lease watchdog
+ * (`arm`); what comes after the terminal state is not the task's news.
+ */
+async function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: string, arm: () => void): Promise<void> {
+  arm()
+  try {
+    while ((await source.next()).done !== true) {
+      // an item after the terminal state: nothing to report
+    }
+  } catch (err) {
+    // the task is over either way; the stream closing early is no news of it
+    host.log.trace('the stream of finished task %s ended with %e', taskId, err)
+  }
+}
+
+/**
  * Follow a task's event stream with a lease watchdog: a stream that fails
  * is resubscribed until 3 lease intervals pass without any event, then a
  * `lapsed` event ends the iteration.
@@ -109,7 +127,10 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
         if (!finished) witnessed = true
         yield event
         waitingSince = Date.now()
-        if (finished) return
+        if (finished) {
+          await drain(host, source, taskId, arm)
+          return
+        }
       }
     } catch (err) {
       failure = err

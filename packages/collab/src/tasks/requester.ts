@@ -15,7 +15,7 @@ import {
 import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
-import { MAX_LEASE, TASK_PROTOCOL, isMap, parseBody, roundTrip } from './wire.js'
+import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
@@ -176,14 +176,15 @@ export class TaskRequester implements LeaseWatchHost {
     if (deadline != null) body.deadline = deadline
     if (budget != null) body.budget = budget
     if (request.idempotencyKey != null) body.idempotencyKey = request.idempotencyKey
-    parseBody(body, this.limits.maxBodyBytes)
+    // encoded once: the size check's bytes are the ones the envelope's body CID is hashed from
+    const bodyBytes = checkBody(body, this.limits.maxBodyBytes).bytes
     const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
 
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
       const envelope = await createEnvelope(identity, {
-        to, skill: request.skill, task: taskId, body, proofs: request.proofs, issuedAt: iat, expiresAt: exp
+        to, skill: request.skill, task: taskId, body, ...(bodyBytes != null ? { bodyBytes } : {}), proofs: request.proofs, issuedAt: iat, expiresAt: exp
       })
       return this.openStream(peer, 'submit', { envelope, body }, signal)
     }

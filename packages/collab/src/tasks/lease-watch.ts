@@ -44,21 +44,22 @@ export interface LeaseWatchHost {
 }
 
 /**
- * Read a finished task's stream to its end (the executor's END follows the
- * terminal state at once): closing it earlier would send the executor a
- * CANCEL for a task that is already over. Bounded by the lease watchdog
- * (`arm`); what comes after the terminal state is not the task's news.
+ * Read a finished task's stream to its end in the background (the
+ * executor's END follows the terminal state at once): closing it earlier
+ * would send the executor a CANCEL for a task that is already over, and
+ * waiting for it would hold the caller. A stream that does not end within
+ * `bound` ms is aborted; what comes after the terminal state is not news.
  */
-async function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: string, arm: () => void): Promise<void> {
-  arm()
-  try {
+function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: string, controller: AbortController, bound: number): void {
+  const timer = setTimeout(() => { controller.abort(new StreamClosedError(`No END within ${bound} ms of the final state`)) }, bound)
+  void (async () => {
     while ((await source.next()).done !== true) {
       // an item after the terminal state: nothing to report
     }
-  } catch (err) {
+  })().catch((err: unknown) => {
     // the task is over either way; the stream closing early is no news of it
     host.log.trace('the stream of finished task %s ended with %e', taskId, err)
-  }
+  }).finally(() => { clearTimeout(timer) })
 }
 
 /**
@@ -128,7 +129,8 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
         yield event
         waitingSince = Date.now()
         if (finished) {
-          await drain(host, source, taskId, arm)
+          drain(host, source, taskId, controller, 3 * lease)
+          source = undefined
           return
         }
       }

@@ -23,7 +23,7 @@ import type { LeaseWatchHost } from './lease-watch.js'
 import type { Approval } from '../auth/policy.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
-import type { Logger } from '@libp2p/interface'
+import type { Logger, PeerId } from '@libp2p/interface'
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
@@ -47,6 +47,8 @@ export class TaskRequester implements LeaseWatchHost {
   readonly log: Logger
   /** Task (agent, id) → the executor peer that answered, least recently stored first (reads `peek`: they do not refresh) */
   private readonly routes: BoundedMap<string, string>
+  /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
+  private readonly peerIds: BoundedMap<string, PeerId>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
@@ -57,7 +59,10 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    this.routes = new BoundedMap({ maxEntries: positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES) })
+    const maxRoutes = positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES)
+    this.routes = new BoundedMap({ maxEntries: maxRoutes })
+    // as many peers as routes at most
+    this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
   }
 
 
@@ -90,6 +95,15 @@ export class TaskRequester implements LeaseWatchHost {
     return this.components.peerId.toString()
   }
 
+  private peerId (peer: string): PeerId {
+    let id = this.peerIds.get(peer)
+    if (id == null) {
+      id = peerIdFromString(peer)
+      this.peerIds.set(peer, id)
+    }
+    return id
+  }
+
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
     if (peer === 'local') {
       const source = method === 'submit'
@@ -99,7 +113,7 @@ export class TaskRequester implements LeaseWatchHost {
         for await (const e of source) yield roundTrip(e)
       })()
     }
-    return this.components.messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return this.components.messaging.stream(this.peerId(peer), TASK_PROTOCOL, method, payload, {
       signal,
       // our own lease watchdog decides; this only bounds a silent stream
       timeout: Math.max(30_000, 6 * MAX_LEASE)
@@ -113,7 +127,7 @@ export class TaskRequester implements LeaseWatchHost {
       const out = method === 'get' ? await this.executor.onGet(local, self) : method === 'cancel' ? await this.executor.onCancel(local, self) : await this.executor.onApprove(local)
       return roundTrip(out) as T
     }
-    return await this.components.messaging.request<T>(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return await this.components.messaging.request<T>(this.peerId(peer), TASK_PROTOCOL, method, payload, {
       signal, timeout: this.requestTimeout
     })
   }

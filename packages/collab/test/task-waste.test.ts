@@ -21,27 +21,48 @@ import type { SkillContext } from '../src/tasks/api.js'
 import type { TaskSnapshot } from '../src/tasks/model.js'
 import type { HostedAgent, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
+import type { Connection, Stream } from '@libp2p/interface'
+
+/** What a libp2p stream sends */
+type Chunk = Parameters<Stream['send']>[0]
 import type { Key } from 'interface-datastore'
-import type { Uint8ArrayList } from 'uint8arraylist'
 
 /** The messaging frame type of a CANCEL (spec/transport.md) */
 const CANCEL = 7
 const END = 5
 
 /** The type of the messaging frame in `data` (one length-prefixed frame) */
-function frameType (data: Uint8Array | Uint8ArrayList): number {
+function frameType (data: Chunk): number {
   const bytes = data instanceof Uint8Array ? data : data.subarray()
   const length = varint.decode(bytes)
   const start = varint.encodingLength(length)
   return dagCbor.decode<{ t: number }>(bytes.subarray(start, start + length)).t
 }
 
-/** A datastore that counts the writes of each key */
+/**
+ * A datastore that counts the writes of each key, and holds the next write
+ * of a task record while `hold()`'s gate is shut
+ */
 class CountingDatastore extends MemoryDatastore {
   readonly puts = new Map<string, number>()
-  override put (key: Key, value: Uint8Array): Key {
+  private gate?: Promise<void>
+  /** A write is held at the gate */
+  holding = false
+  /** Hold the next task record write until the returned function is called */
+  hold (): () => void {
+    let open!: () => void
+    this.gate = new Promise(resolve => { open = resolve })
+    return open
+  }
+
+  override put (key: Key, value: Uint8Array): ReturnType<MemoryDatastore['put']> {
     this.puts.set(key.toString(), (this.puts.get(key.toString()) ?? 0) + 1)
-    return super.put(key, value)
+    const gate = this.gate
+    if (gate == null || !key.toString().includes('/tasks/')) return super.put(key, value)
+    this.gate = undefined
+    this.holding = true
+    // a slow disk: the write ends when the gate opens
+    return gate.then(() => super.put(key, value))
   }
 }
 
@@ -82,7 +103,7 @@ describe('a finished task over TCP: no CANCEL after END, one store write per tur
     // every frame the requester writes on its task stream, by type; and the
     // executor's END frames a little late, as when the END is read in a later
     // chunk than the terminal state (a loaded machine, a real network)
-    const wrap = (conn: { streams: Array<{ protocol?: string, send: (data: Uint8Array | Uint8ArrayList) => boolean }> }, onFrame: (t: number, data: Uint8Array | Uint8ArrayList, send: (data: Uint8Array | Uint8ArrayList) => boolean) => boolean): void => {
+    const wrap = (conn: Connection, onFrame: (t: number, data: Chunk, send: (data: Chunk) => boolean) => boolean): void => {
       for (const stream of conn.streams) {
         if (stream.protocol !== TASK_PROTOCOL || watched.has(stream)) continue
         watched.add(stream)
@@ -98,7 +119,13 @@ describe('a finished task over TCP: no CANCEL after END, one store write per tur
       for (const conn of executor.getConnections(requester.peerId)) {
         wrap(conn, (t, data, send) => {
           if (t !== END) return send(data)
-          setTimeout(() => { send(data) }, 20)
+          setTimeout(() => {
+            try {
+              send(data)
+            } catch {
+              // the stream closed meanwhile (the nodes stop after the tests)
+            }
+          }, 20)
           return true
         })
       }
@@ -149,5 +176,19 @@ describe('a finished task over TCP: no CANCEL after END, one store write per tur
     const ctx = contexts[before]
     expect(ctx.signal.aborted).toBe(true)
     expect(ctx.signal.reason).toMatchObject({ code: 'TASK_ENDED' })
+  })
+
+  it('runs a task while another task of the same agent waits for its first store write', async () => {
+    const open = store.hold()
+    const slow = tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.echo', input: 'slow', proofs: [token] })
+    await until(() => store.holding ? true : undefined, { what: 'the held write' })
+    try {
+      // before: the agent's lock was held over the write, so this waited for it
+      const fast = await tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.echo', input: 'fast', proofs: [token] }, { signal: AbortSignal.timeout(5_000) })
+      expect(fast.result).toBe('fast')
+    } finally {
+      open()
+    }
+    expect((await slow).result).toBe('slow')
   })
 })

@@ -392,7 +392,7 @@ export class TaskExecutor {
       verificationCache: this.verification
     })
 
-    const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean }> => {
+    const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean, first?: Promise<void> }> => {
       const existing = await this.load(p.to, p.task)
       if (existing != null) {
         const owner = 'record' in existing ? existing.record.owner : existing.owner
@@ -454,26 +454,39 @@ export class TaskExecutor {
       // the first write heads the task's chain of writes, so a change made
       // meanwhile (a cancel) is never overwritten by it
       const first = this.store.put(record)
-      // (the first write's failure is awaited and handled just below)
+      // (the first write's failure is awaited and handled below)
       live.writing = first.catch(() => {})
+      if (body.idempotencyKey == null) {
+        // the task is live (found by its id) before its first write ends:
+        // other submits to the agent need not wait for this one's write
+        return { task: live, fresh: true, first }
+      }
       try {
         await first
-        if (body.idempotencyKey != null) await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
+        await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
       } catch (err) {
-        this.live.delete(key)
-        release()
+        this.unaccept(live, sub, err)
         throw err
       }
-      live.deadlineTimer = setTimeout(() => {
-        this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
-      }, Math.min(Math.max(0, deadline - now), 2_147_483_647))
-      live.deadlineTimer.unref?.()
       return { task: live, fresh: true }
     })
     if (!created.fresh || !('record' in created.task)) return created.task
+    const live = created.task
+    if (created.first != null) {
+      try {
+        await created.first
+      } catch (err) {
+        this.unaccept(live, sub, err)
+        throw err
+      }
+    }
+    const deadline = live.record.snapshot.deadline ?? Infinity
+    live.deadlineTimer = setTimeout(() => {
+      this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
+    }, Math.min(Math.max(0, deadline - Date.now()), 2_147_483_647))
+    live.deadlineTimer.unref?.()
 
     // a new task: policy, then run or wait for approval
-    const live = created.task
     const decision = await evaluatePolicy(allOf(...[this.policy, served.policy].filter((x): x is Policy => x != null)), {
       chain, capability, caller: p.from, skill: p.skill, input: body.input, now: Date.now()
     })
@@ -490,6 +503,19 @@ export class TaskExecutor {
       this.run(live)
     }
     return live
+  }
+
+  /**
+   * Undo the acceptance of a task whose first write failed: it is refused
+   * (the submitter gets the error); a stream that joined it meanwhile (the
+   * same task id) is told it failed
+   */
+  private unaccept (live: Live, sub: Subscriber | undefined, err: unknown): void {
+    this.live.delete(taskKey(live.record.agent, live.record.snapshot.id))
+    live.release()
+    if (isTerminal(live.record.snapshot.state)) return
+    const failed = transition(live.record.snapshot, 'failed', { error: errorOf(err) })
+    for (const other of live.subscribers) if (other !== sub) other.push({ type: 'status', task: failed })
   }
 
   private run (live: Live): void {

@@ -480,6 +480,8 @@ export class TaskExecutor {
         throw err
       }
     }
+    // (a task canceled meanwhile needs no deadline)
+    if (isTerminal(live.record.snapshot.state)) return live
     const deadline = live.record.snapshot.deadline ?? Infinity
     live.deadlineTimer = setTimeout(() => {
       this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })

@@ -8,7 +8,6 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { MemoryDatastore } from 'datastore-core'
-import * as varint from 'uint8-varint'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collect, until } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
@@ -31,11 +30,16 @@ import type { Key } from 'interface-datastore'
 const CANCEL = 7
 const END = 5
 
-/** The type of the messaging frame in `data` (one length-prefixed frame) */
+/** The type of the messaging frame in `data` (one frame after its unsigned varint length) */
 function frameType (data: Chunk): number {
   const bytes = data instanceof Uint8Array ? data : data.subarray()
-  const length = varint.decode(bytes)
-  const start = varint.encodingLength(length)
+  let length = 0
+  let start = 0
+  for (let shift = 0; ; shift += 7) {
+    const b = bytes[start++]
+    length += (b & 0x7f) * 2 ** shift
+    if (b < 0x80) break
+  }
   return dagCbor.decode<{ t: number }>(bytes.subarray(start, start + length)).t
 }
 

@@ -17,6 +17,8 @@
  *   server pieces on express; the executor publishes one completed Task
  */
 import { createTransportNode } from '@ioa/transport'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { multiaddr } from '@multiformats/multiaddr'
 import { ECHO_PROTOCOL, eventsEchoClient, lpEchoClient, netEchoClient, serveEventsEcho, serveLpEcho, startNetEchoServer } from './echo-wire.js'
 
@@ -88,6 +90,44 @@ function libp2pPath (serve, wrap) {
   }
 }
 
+/**
+ * The `task-envelope` path with the stack `load()` gives (`createIoaNode`,
+ * `createIdentity`, `delegate`): this checkout's, or IOA_BENCH_BEFORE's
+ */
+function taskEnvelopePath (load) {
+  return {
+    async serve () {
+      const { createIoaNode } = await load()
+      const node = await createIoaNode({ listen: LISTEN, transport: { transports: ['tcp'] } })
+      const agent = await node.host({ key: 'bench-task', name: 'Bench task echo', skills: [{ id: SKILL }], handlers: { [SKILL]: (input) => input } })
+      // its card reaches the DHT once the client's node has joined (a
+      // network of one has nobody to store it): the client waits to resolve it
+      return { address: { addr: node.addresses()[0], agent: agent.did }, close: () => node.stop() }
+    },
+    async connect ({ addr, agent }) {
+      const { createIoaNode, createIdentity, delegate } = await load()
+      const node = await createIoaNode({ listen: LISTEN, transport: { transports: ['tcp'] }, bootstrap: [addr] })
+      const requester = await node.host({ key: 'bench-requester', name: 'Bench requester', skills: [{ id: 'bench.requester' }] })
+      const user = await createIdentity()
+      const grant = await delegate(user, { audience: requester.did, capabilities: [{ skill: 'bench.*' }], expiresAt: Date.now() + 3_600_000 })
+      await until(() => node.interconnect.resolve(agent, { cache: false, timeout: 3_000 }).then(() => true, () => false), `resolving ${agent}`)
+      return {
+        async call (n) {
+          const input = { n, text: textOf(n) }
+          let last
+          for await (const event of node.submit(requester, agent, { skill: SKILL, input, proofs: [grant] }, { signal: AbortSignal.timeout(CALL_TIMEOUT) })) {
+            if (event.type === 'status' || event.type === 'artifact') last = event.task
+          }
+          if (last?.state !== 'completed' || last.result?.n !== n || last.result?.text !== input.text) {
+            throw new Error(`task ${n}: ended ${last?.state} with ${JSON.stringify(last?.result ?? last?.error)?.slice(0, 200)}`)
+          }
+        },
+        close: () => node.stop()
+      }
+    }
+  }
+}
+
 export const paths = {
   net: {
     async serve () {
@@ -126,39 +166,11 @@ export const paths = {
   // the same submit as `task-envelope` with the session binding instead of a
   // signature per request.
 
-  'task-envelope': {
-    async serve () {
-      const { createIoaNode } = await import('@ioa/node')
-      const node = await createIoaNode({ listen: LISTEN, transport: { transports: ['tcp'] } })
-      const agent = await node.host({ key: 'bench-task', name: 'Bench task echo', skills: [{ id: SKILL }], handlers: { [SKILL]: (input) => input } })
-      // its card reaches the DHT once the client's node has joined (a
-      // network of one has nobody to store it): the client waits to resolve it
-      return { address: { addr: node.addresses()[0], agent: agent.did }, close: () => node.stop() }
-    },
-    async connect ({ addr, agent }) {
-      const { createIoaNode } = await import('@ioa/node')
-      const { createIdentity } = await import('@ioa/interconnect')
-      const { delegate } = await import('@ioa/collab')
-      const node = await createIoaNode({ listen: LISTEN, transport: { transports: ['tcp'] }, bootstrap: [addr] })
-      const requester = await node.host({ key: 'bench-requester', name: 'Bench requester', skills: [{ id: 'bench.requester' }] })
-      const user = await createIdentity()
-      const grant = await delegate(user, { audience: requester.did, capabilities: [{ skill: 'bench.*' }], expiresAt: Date.now() + 3_600_000 })
-      await until(() => node.interconnect.resolve(agent, { cache: false, timeout: 3_000 }).then(() => true, () => false), `resolving ${agent}`)
-      return {
-        async call (n) {
-          const input = { n, text: textOf(n) }
-          let last
-          for await (const event of node.submit(requester, agent, { skill: SKILL, input, proofs: [grant] }, { signal: AbortSignal.timeout(CALL_TIMEOUT) })) {
-            if (event.type === 'status' || event.type === 'artifact') last = event.task
-          }
-          if (last?.state !== 'completed' || last.result?.n !== n || last.result?.text !== input.text) {
-            throw new Error(`task ${n}: ended ${last?.state} with ${JSON.stringify(last?.result ?? last?.error)?.slice(0, 200)}`)
-          }
-        },
-        close: () => node.stop()
-      }
-    }
-  },
+  'task-envelope': taskEnvelopePath(async () => ({
+    ...await import('@ioa/node'),
+    ...await import('@ioa/interconnect'),
+    ...await import('@ioa/collab')
+  })),
 
   a2a: {
     async serve () {
@@ -178,4 +190,17 @@ export const paths = {
       }
     }
   }
+}
+
+// IOA_BENCH_BEFORE=<dir>: a built checkout of another version of the stack;
+// `task-envelope-before` is the same path with that checkout's packages on
+// both ends (its own node, task service and wire), for before/after in one run
+const BEFORE = process.env.IOA_BENCH_BEFORE
+if (BEFORE != null && BEFORE !== '') {
+  const load = (pkg) => import(pathToFileURL(join(BEFORE, 'packages', pkg, 'dist', 'src', 'index.js')).href)
+  paths['task-envelope-before'] = taskEnvelopePath(async () => ({
+    ...await load('node'),
+    ...await load('interconnect'),
+    ...await load('collab')
+  }))
 }

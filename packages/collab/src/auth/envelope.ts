@@ -85,6 +85,11 @@ export interface EnvelopeInit {
   task: string
   /** The request body (any DAG-CBOR value); only its CID goes into the envelope */
   body: unknown
+  /**
+   * The DAG-CBOR encoding of `body`, when the caller has it already: the CID
+   * is hashed from these bytes instead of encoding `body` again
+   */
+  bodyBytes?: Uint8Array
   /** Leaf token first */
   proofs: Token[]
   /** @default random 16 bytes, base64url */
@@ -157,7 +162,7 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
     nonce: init.nonce ?? randomNonce(),
     iat,
     exp: init.expiresAt ?? iat + DEFAULT_ENVELOPE_TTL,
-    body: await bodyCid(init.body),
+    body: init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body),
     proofs: init.proofs.map(t => checkToken(t).token)
   }
   // refuse to sign what a receiver would refuse to accept (the same checks as

@@ -58,7 +58,12 @@ export class Subscriber {
 
 export interface Live {
   record: TaskRecord
-  controller: AbortController
+  /**
+   * Aborted when the task ends; made on first use of the handler's
+   * `ctx.signal` (a handler that never reads it costs no controller, and the
+   * task's end no error with a stack)
+   */
+  controller?: AbortController
   subscribers: Set<Subscriber>
   deadlineTimer?: ReturnType<typeof setTimeout>
   approvalTimer?: ReturnType<typeof setTimeout>
@@ -81,15 +86,15 @@ export class HandlerContext implements SkillContext {
   readonly caller: Did
   readonly chain: VerifiedChain
   readonly capability: Capability
-  readonly signal: AbortSignal
   readonly deadline?: number
+  private readonly signalOf: () => AbortSignal
   private remaining?: number
   private readonly onProgress: (m: unknown) => void
   private readonly onArtifact: (a: unknown) => void
   private readonly onCall: (ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions) => Promise<unknown>
 
   constructor (init: {
-    task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: AbortSignal,
+    task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: () => AbortSignal,
     deadline?: number, budget?: number, progress(m: unknown): void, artifact(a: unknown): void
     call(ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
   }) {
@@ -97,12 +102,17 @@ export class HandlerContext implements SkillContext {
     this.caller = init.caller
     this.chain = init.chain
     this.capability = init.capability
-    this.signal = init.signal
+    this.signalOf = init.signal
     this.deadline = init.deadline
     this.remaining = init.budget
     this.onProgress = init.progress
     this.onArtifact = init.artifact
     this.onCall = init.call
+  }
+
+  /** Aborted when the task ends (made on first use) */
+  get signal (): AbortSignal {
+    return this.signalOf()
   }
 
   get budget (): number | undefined {

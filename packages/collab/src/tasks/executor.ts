@@ -47,6 +47,23 @@ const MAX_OWN_LEASE = 20_000
 /** Finished tasks kept in memory for fast `get` (the datastore has them all) */
 const RECENT_TASKS = 256
 
+/** Why a task's handler signal is aborted: the task ended as `snapshot` shows */
+function endReason (snapshot: TaskSnapshot): Error {
+  const error = snapshot.error
+  if (error?.code === DeadlineExceededError.code) return new DeadlineExceededError(error.message)
+  if (snapshot.state === 'canceled') return new CanceledError('Task canceled')
+  return new CollabError(error?.code ?? 'TASK_ENDED', error?.message ?? `Task ${snapshot.state}`)
+}
+
+/** The task's abort signal, made on first use; already aborted when the task has ended */
+function signalOf (live: Live): AbortSignal {
+  if (live.controller == null) {
+    live.controller = new AbortController()
+    if (isTerminal(live.record.snapshot.state)) live.controller.abort(endReason(live.record.snapshot))
+  }
+  return live.controller.signal
+}
+
 export class TaskExecutor {
   private readonly components: TaskServiceComponents
   private readonly store: TaskStore
@@ -240,6 +257,9 @@ export class TaskExecutor {
     if (live.saveQueued) return
     live.saveQueued = true
     live.writing = live.writing.then(async () => {
+      // after the answer went out, and once for the changes of one turn (a
+      // fast task's working and completed are one write of the final record)
+      await new Promise(resolve => setTimeout(resolve, 0))
       live.saveQueued = false
       await this.store.put(live.record)
     }).catch((err: unknown) => {
@@ -318,14 +338,8 @@ export class TaskExecutor {
     live.pending = undefined
     this.setState(live, to, patch)
     this.reportEnd(live, to)
-    if (!live.controller.signal.aborted) {
-      const reason = patch.error?.code === DeadlineExceededError.code
-        ? new DeadlineExceededError(patch.error.message)
-        : to === 'canceled'
-          ? new CanceledError('Task canceled')
-          : new CollabError(patch.error?.code ?? 'TASK_ENDED', patch.error?.message ?? `Task ${to}`)
-      live.controller.abort(reason)
-    }
+    // a handler that read its signal learns why the task ended (one made later is aborted at once)
+    if (live.controller != null && !live.controller.signal.aborted) live.controller.abort(endReason(live.record.snapshot))
     const key = taskKey(live.record.agent, live.record.snapshot.id)
     this.live.delete(key)
     this.retention.add(this.retained(live.record, live.keepUntil, live.writing))
@@ -378,7 +392,7 @@ export class TaskExecutor {
       verificationCache: this.verification
     })
 
-    const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean }> => {
+    const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean, first?: Promise<void> }> => {
       const existing = await this.load(p.to, p.task)
       if (existing != null) {
         const owner = 'record' in existing ? existing.record.owner : existing.owner
@@ -424,7 +438,6 @@ export class TaskExecutor {
       }
       const live: Live = {
         record,
-        controller: new AbortController(),
         subscribers: new Set(),
         pending: { input: body.input, chain, capability, proofs: p.proofs, served, budget: body.budget },
         writing: Promise.resolve(),
@@ -441,26 +454,41 @@ export class TaskExecutor {
       // the first write heads the task's chain of writes, so a change made
       // meanwhile (a cancel) is never overwritten by it
       const first = this.store.put(record)
-      // (the first write's failure is awaited and handled just below)
+      // (the first write's failure is awaited and handled below)
       live.writing = first.catch(() => {})
+      if (body.idempotencyKey == null) {
+        // the task is live (found by its id) before its first write ends:
+        // other submits to the agent need not wait for this one's write
+        return { task: live, fresh: true, first }
+      }
       try {
         await first
-        if (body.idempotencyKey != null) await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
+        await this.store.putIdempotent(p.to, p.from, body.idempotencyKey, p.task)
       } catch (err) {
-        this.live.delete(key)
-        release()
+        this.unaccept(live, sub, err)
         throw err
       }
-      live.deadlineTimer = setTimeout(() => {
-        this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
-      }, Math.min(Math.max(0, deadline - now), 2_147_483_647))
-      live.deadlineTimer.unref?.()
       return { task: live, fresh: true }
     })
     if (!created.fresh || !('record' in created.task)) return created.task
+    const live = created.task
+    if (created.first != null) {
+      try {
+        await created.first
+      } catch (err) {
+        this.unaccept(live, sub, err)
+        throw err
+      }
+    }
+    // (a task canceled meanwhile needs no deadline)
+    if (isTerminal(live.record.snapshot.state)) return live
+    const deadline = live.record.snapshot.deadline ?? Infinity
+    live.deadlineTimer = setTimeout(() => {
+      this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
+    }, Math.min(Math.max(0, deadline - Date.now()), 2_147_483_647))
+    live.deadlineTimer.unref?.()
 
     // a new task: policy, then run or wait for approval
-    const live = created.task
     const decision = await evaluatePolicy(allOf(...[this.policy, served.policy].filter((x): x is Policy => x != null)), {
       chain, capability, caller: p.from, skill: p.skill, input: body.input, now: Date.now()
     })
@@ -477,6 +505,19 @@ export class TaskExecutor {
       this.run(live)
     }
     return live
+  }
+
+  /**
+   * Undo the acceptance of a task whose first write failed: it is refused
+   * (the submitter gets the error); a stream that joined it meanwhile (the
+   * same task id) is told it failed
+   */
+  private unaccept (live: Live, sub: Subscriber | undefined, err: unknown): void {
+    this.live.delete(taskKey(live.record.agent, live.record.snapshot.id))
+    live.release()
+    if (isTerminal(live.record.snapshot.state)) return
+    const failed = transition(live.record.snapshot, 'failed', { error: errorOf(err) })
+    for (const other of live.subscribers) if (other !== sub) other.push({ type: 'status', task: failed })
   }
 
   private run (live: Live): void {
@@ -497,7 +538,7 @@ export class TaskExecutor {
       caller: live.record.owner,
       chain: pending.chain,
       capability: pending.capability,
-      signal: live.controller.signal,
+      signal: () => signalOf(live),
       deadline: snapshot.deadline,
       budget: pending.budget,
       progress: (message) => {

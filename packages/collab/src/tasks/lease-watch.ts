@@ -44,6 +44,25 @@ export interface LeaseWatchHost {
 }
 
 /**
+ * Read a finished task's stream to its end in the background (the
+ * executor's END follows the terminal state at once): closing it earlier
+ * would send the executor a CANCEL for a task that is already over, and
+ * waiting for it would hold the caller. A stream that does not end within
+ * `bound` ms is aborted; what comes after the terminal state is not news.
+ */
+function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: string, controller: AbortController, bound: number): void {
+  const timer = setTimeout(() => { controller.abort(new StreamClosedError(`No END within ${bound} ms of the final state`)) }, bound)
+  void (async () => {
+    while ((await source.next()).done !== true) {
+      // an item after the terminal state: nothing to report
+    }
+  })().catch((err: unknown) => {
+    // the task is over either way; the stream closing early is no news of it
+    host.log.trace('the stream of finished task %s ended with %e', taskId, err)
+  }).finally(() => { clearTimeout(timer) })
+}
+
+/**
  * Follow a task's event stream with a lease watchdog: a stream that fails
  * is resubscribed until 3 lease intervals pass without any event, then a
  * `lapsed` event ends the iteration.
@@ -109,7 +128,11 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
         if (!finished) witnessed = true
         yield event
         waitingSince = Date.now()
-        if (finished) return
+        if (finished) {
+          drain(host, source, taskId, controller, 3 * lease)
+          source = undefined
+          return
+        }
       }
     } catch (err) {
       failure = err

@@ -15,7 +15,7 @@ import {
 import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
-import { MAX_LEASE, TASK_PROTOCOL, isMap, parseBody, roundTrip } from './wire.js'
+import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
@@ -23,7 +23,7 @@ import type { LeaseWatchHost } from './lease-watch.js'
 import type { Approval } from '../auth/policy.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
-import type { Logger } from '@libp2p/interface'
+import type { Logger, PeerId } from '@libp2p/interface'
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
@@ -47,6 +47,8 @@ export class TaskRequester implements LeaseWatchHost {
   readonly log: Logger
   /** Task (agent, id) → the executor peer that answered, least recently stored first (reads `peek`: they do not refresh) */
   private readonly routes: BoundedMap<string, string>
+  /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
+  private readonly peerIds: BoundedMap<string, PeerId>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
@@ -57,7 +59,10 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    this.routes = new BoundedMap({ maxEntries: positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES) })
+    const maxRoutes = positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES)
+    this.routes = new BoundedMap({ maxEntries: maxRoutes })
+    // as many peers as routes at most
+    this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
   }
 
 
@@ -90,6 +95,15 @@ export class TaskRequester implements LeaseWatchHost {
     return this.components.peerId.toString()
   }
 
+  private peerId (peer: string): PeerId {
+    let id = this.peerIds.get(peer)
+    if (id == null) {
+      id = peerIdFromString(peer)
+      this.peerIds.set(peer, id)
+    }
+    return id
+  }
+
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
     if (peer === 'local') {
       const source = method === 'submit'
@@ -99,7 +113,7 @@ export class TaskRequester implements LeaseWatchHost {
         for await (const e of source) yield roundTrip(e)
       })()
     }
-    return this.components.messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return this.components.messaging.stream(this.peerId(peer), TASK_PROTOCOL, method, payload, {
       signal,
       // our own lease watchdog decides; this only bounds a silent stream
       timeout: Math.max(30_000, 6 * MAX_LEASE)
@@ -113,7 +127,7 @@ export class TaskRequester implements LeaseWatchHost {
       const out = method === 'get' ? await this.executor.onGet(local, self) : method === 'cancel' ? await this.executor.onCancel(local, self) : await this.executor.onApprove(local)
       return roundTrip(out) as T
     }
-    return await this.components.messaging.request<T>(peerIdFromString(peer), TASK_PROTOCOL, method, payload, {
+    return await this.components.messaging.request<T>(this.peerId(peer), TASK_PROTOCOL, method, payload, {
       signal, timeout: this.requestTimeout
     })
   }
@@ -176,14 +190,15 @@ export class TaskRequester implements LeaseWatchHost {
     if (deadline != null) body.deadline = deadline
     if (budget != null) body.budget = budget
     if (request.idempotencyKey != null) body.idempotencyKey = request.idempotencyKey
-    parseBody(body, this.limits.maxBodyBytes)
+    // encoded once: the size check's bytes are the ones the envelope's body CID is hashed from
+    const bodyBytes = checkBody(body, this.limits.maxBodyBytes).bytes
     const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
 
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
       const envelope = await createEnvelope(identity, {
-        to, skill: request.skill, task: taskId, body, proofs: request.proofs, issuedAt: iat, expiresAt: exp
+        to, skill: request.skill, task: taskId, body, ...(bodyBytes != null ? { bodyBytes } : {}), proofs: request.proofs, issuedAt: iat, expiresAt: exp
       })
       return this.openStream(peer, 'submit', { envelope, body }, signal)
     }

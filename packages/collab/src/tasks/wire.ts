@@ -43,11 +43,10 @@ function checkKey (v: unknown, what: string): string | undefined {
   return v
 }
 
-export function parseBody (raw: unknown, maxBytes: number): TaskBody {
-  return checkBody(raw, maxBytes).body
-}
-
-/** `parseBody`, with the body's DAG-CBOR encoding when it is that of the parsed body */
+/**
+ * Check a task body's fields and size; with its DAG-CBOR encoding when that
+ * is the encoding of the checked body (the same keys)
+ */
 export function checkBody (raw: unknown, maxBytes: number): { body: TaskBody, bytes?: Uint8Array } {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Task body must be a map')
   const { input, contextId, deadline, budget, idempotencyKey, ...rest } = raw

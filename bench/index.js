@@ -22,7 +22,8 @@ import { once } from 'node:events'
 import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
-import { discoveryGroup, hostingGroup } from './interconnect.js'
+import { discoveryGroup } from './discovery.js'
+import { hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'
 import { percentile, pipelined, rotate } from './measure.js'
 import { nodeGroup } from './node.js'
@@ -77,6 +78,7 @@ const USAGE = `Usage: node --import ./scripts/polyfill.js bench/index.js [option
   --soak-seconds <n>  soak group: length of the run (default 75; --quick 20)
   --soak-rate <n>   soak group: tasks started per second (default 50)
   --soak-keep-all   soak group: no retention limit (to see the growth it stops)
+  --load            discovery group: run it all beside a CPU load of one core
   -h, --help        this text`
 
 function parseOptions (argv) {
@@ -93,6 +95,7 @@ function parseOptions (argv) {
       'soak-seconds': { type: 'string' },
       'soak-rate': { type: 'string' },
       'soak-keep-all': { type: 'boolean', default: false },
+      load: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false }
     },
     strict: true
@@ -114,6 +117,7 @@ function parseOptions (argv) {
   return {
     soak,
     quick: values.quick,
+    load: values.load,
     json: values.json,
     help: values.help,
     groups: values.group,
@@ -636,7 +640,7 @@ async function main () {
     for (const group of selected) {
       const started = performance.now()
       const progress = (msg) => { process.stderr.write(`[${group.name}] ${msg}\n`) }
-      const rows = await group.run({ profile, quick: options.quick, paths: options.paths, soak: options.soak, progress })
+      const rows = await group.run({ profile, quick: options.quick, load: options.load, paths: options.paths, soak: options.soak, progress })
       progress(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`)
       results.push({ group, rows })
       if (options.json) {

@@ -64,7 +64,7 @@ async function placementSummary ({ nodes, skills, holderPeers, progress }) {
 }
 
 export async function memoryVariant ({ size, quick, progress }) {
-  const lookups = quick ? 10 : 30
+  const lookups = quick ? 6 : 30
   const nodes = []
   const ics = []
   try {
@@ -116,7 +116,7 @@ export async function memoryVariant ({ size, quick, progress }) {
     await Promise.all(ics.map(ic => ic.announced({ signal: AbortSignal.timeout(600_000) })))
     progress(`memory: announcements done in ${((performance.now() - t1) / 1000).toFixed(1)} s`)
 
-    await placementSummary({ nodes, skills: skills.filter((_, k) => k % (quick ? 20 : 5) === 0), holderPeers, progress })
+    await placementSummary({ nodes, skills: skills.filter((_, k) => k % 5 === 0), holderPeers, progress })
 
     progress(`memory: ${lookups} lookups`)
     const t = tally()

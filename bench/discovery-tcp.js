@@ -77,7 +77,7 @@ async function stableTables (workers, { quiet = 3_000, max = 60_000, every = 500
 }
 
 export async function tcpVariants ({ size, quick, progress, phases }) {
-  const lookups = quick ? 8 : 30
+  const lookups = quick ? 6 : 30
   const skills = allSkills(size)
   const workers = []
   /** node index -> { worker, layout, peer, state: 'joining' | 'up' | 'leaving', agents: [{ did, skill }], leftAt?, upAt? } */
@@ -126,7 +126,7 @@ export async function tcpVariants ({ size, quick, progress, phases }) {
       progress('CPU load stopped')
     }
     if (phases.includes('churn')) {
-      rows.push(...await churnPhase(ctx, { lookups: quick ? 10 : 30, offset: 23 }))
+      rows.push(...await churnPhase(ctx, { lookups: quick ? 6 : 30, offset: 23 }))
     }
     return rows
   } finally {

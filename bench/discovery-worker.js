@@ -50,11 +50,18 @@ async function start ({ nodes: list, bootstrap }) {
 async function dial ({ pairs }) {
   let failed = 0
   await mapLimit(pairs, 8, async ([i, addrs]) => {
-    try {
-      await nodes.get(i).dial(addrs.map(a => multiaddr(a)), { signal: AbortSignal.timeout(20_000) })
-    } catch (err) {
-      failed++
-      process.stderr.write(`[discovery worker ${process.pid}] node ${i} could not dial ${addrs[0]}: ${err.message}\n`)
+    // a loaded machine can miss libp2p's dial timeout in the handshake: up to 3 tries
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await nodes.get(i).dial(addrs.map(a => multiaddr(a)), { signal: AbortSignal.timeout(20_000) })
+        return
+      } catch (err) {
+        process.stderr.write(`[discovery worker ${process.pid}] node ${i} could not dial ${addrs[0]} (try ${attempt}/3): ${err.message}\n`)
+        if (attempt === 3) {
+          failed++
+          return
+        }
+      }
     }
   })
   return { failed }

@@ -11,8 +11,9 @@
 //   load    the tcp network beside a CPU load of one core
 //   churn   the tcp network while 10 nodes leave and 10 join (bench/discovery-tcp.js)
 //
-// `--quick` runs every variant on 20 nodes (400 agents, 40 capabilities, each
-// still on 10 agents of 2 nodes) with fewer lookups; `--load` runs the whole
+// `--quick` runs every variant on 16 nodes (320 agents, 32 capabilities, each
+// still on 10 agents of 2 nodes; a smoke run: fewer nodes than k = 20) with
+// 6 lookups each; `--load` runs the whole
 // group beside the one-core load (every variant then measures a loaded
 // machine). IOA_BENCH_DISCOVERY=memory,tcp,load,churn picks variants;
 // IOA_BENCH_DISCOVERY_NODES=<even n> sets the network size.
@@ -24,13 +25,13 @@ const VARIANTS = ['memory', 'tcp', 'load', 'churn']
 
 export const discoveryGroup = {
   name: 'discovery',
-  title: `capability lookup, 50 nodes x 20 agents (--quick: 20): memory; TCP in ${WORKERS} processes; beside a one-core load; 20 % churn (baseline: bare libp2p findProviders of the same CID)`,
+  title: `capability lookup, 50 nodes x 20 agents (--quick: 16): memory; TCP in ${WORKERS} processes; beside a one-core load; 20 % churn (baseline: bare libp2p findProviders of the same CID)`,
   async run ({ quick, progress, load: loadAll }) {
     const variants = (process.env.IOA_BENCH_DISCOVERY ?? VARIANTS.join(',')).split(',').map(v => v.trim()).filter(v => v !== '')
     for (const v of variants) if (!VARIANTS.includes(v)) throw new Error(`IOA_BENCH_DISCOVERY: unknown variant "${v}" (variants: ${VARIANTS.join(', ')})`)
     if (process.env.IOA_BENCH_GOSSIP === '0') progress('IOA_BENCH_GOSSIP=0: no effect yet (InterconnectInit has no `gossip` option; see interconnectInit in bench/discovery-common.js)')
     progress(`load average before: ${os.loadavg().map(l => l.toFixed(2)).join(' ')}`)
-    const size = Number(process.env.IOA_BENCH_DISCOVERY_NODES ?? (quick ? 20 : 50))
+    const size = Number(process.env.IOA_BENCH_DISCOVERY_NODES ?? (quick ? 16 : 50))
     if (!Number.isInteger(size) || size < 8 || size % 2 !== 0) throw new Error(`IOA_BENCH_DISCOVERY_NODES: an even number >= 8, got ${process.env.IOA_BENCH_DISCOVERY_NODES}`)
     progress(`${size} nodes, ${size * 20} agents, ${size * 2} capabilities`)
     const load = loadAll === true ? startLoad() : undefined

@@ -110,6 +110,13 @@ export function tally () {
     ours: add(ours, 'found', 'expected'),
     bare: add(bare, 'bareFound', 'bareExpected'),
     get counts () { return { ...c, lookups: ours.length } },
+    /** One line of the figures so far (progress: a run cut short still shows them) */
+    summary () {
+      const o = [...ours].sort((a, b) => a - b)
+      const b = [...bare].sort((a, b) => a - b)
+      return `ours median ${percentile(o, 50).toFixed(0)} ms, p95 ${percentile(o, 95).toFixed(0)} ms, found ${c.found}/${c.expected} agents; ` +
+        `bare median ${percentile(b, 50).toFixed(0)} ms, p95 ${percentile(b, 95).toFixed(0)} ms, found ${c.bareFound}/${c.bareExpected} holder peers`
+    },
     rows (suffix) {
       ours.sort((a, b) => a - b)
       bare.sort((a, b) => a - b)

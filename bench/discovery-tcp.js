@@ -77,7 +77,7 @@ async function stableTables (workers, { quiet = 3_000, max = 60_000, every = 500
 }
 
 export async function tcpVariants ({ size, quick, progress, phases }) {
-  const lookups = quick ? 6 : 30
+  const lookups = quick ? 6 : 20
   const skills = allSkills(size)
   const workers = []
   /** node index -> { worker, layout, peer, state: 'joining' | 'up' | 'leaving', agents: [{ did, skill }], leftAt?, upAt? } */
@@ -109,8 +109,8 @@ export async function tcpVariants ({ size, quick, progress, phases }) {
     })
     progress('waiting for announcements')
     const t2 = performance.now()
-    await Promise.all(workers.map(w => w.call('announced')))
-    progress(`announcements done in ${((performance.now() - t2) / 1000).toFixed(1)} s`)
+    const late = (await Promise.allSettled(workers.map(w => w.call('announced')))).filter(r => r.status === 'rejected').length
+    progress(`announcements done in ${((performance.now() - t2) / 1000).toFixed(1)} s${late > 0 ? ` (${late} workers still announcing after 600 s: measured as they are)` : ''}`)
     for (const n of net.values()) n.upAt = performance.now()
 
     const ctx = { net, workers, skills, progress, addrs, size }
@@ -126,7 +126,7 @@ export async function tcpVariants ({ size, quick, progress, phases }) {
       progress('CPU load stopped')
     }
     if (phases.includes('churn')) {
-      rows.push(...await churnPhase(ctx, { lookups: quick ? 6 : 30, offset: 23 }))
+      rows.push(...await churnPhase(ctx, { lookups: quick ? 6 : 20, offset: 23 }))
     }
     return rows
   } finally {
@@ -202,8 +202,7 @@ async function lookupPhase (ctx, { name, lookups, offset }) {
   for (let l = 0; l < lookups; l++) {
     await lookupBoth(ctx, t, l, ctx.skills[((l + offset) * 37) % ctx.skills.length])
   }
-  const c = t.counts
-  ctx.progress(`${name}: ours found ${c.found}/${c.expected} agents, bare ${c.bareFound}/${c.bareExpected} holder peers`)
+  ctx.progress(`${name}: ${t.summary()}`)
   return t
 }
 
@@ -256,9 +255,8 @@ async function churnPhase (ctx, { lookups, offset }) {
   await Promise.all(leaves)
   const joined = newcomers.filter(n => n.state === 'up').length
   progress(`churn: ${joined} of the ${CHURN} newcomers had announced when the last lookup ended`)
-  const c = t.counts
   const s = stayed.counts
-  progress(`churn: ours found ${c.found}/${c.expected} agents (${s.found}/${s.expected} of nodes that stayed through the lookup), bare ${c.bareFound}/${c.bareExpected} holder peers (${s.bareFound}/${s.bareExpected})`)
+  progress(`churn: ${t.summary()}; of the nodes that stayed through the lookup: ours ${s.found}/${s.expected}, bare ${s.bareFound}/${s.bareExpected}`)
   const { sizes } = await stableTables(workers, { quiet: 0, max: 0 })
   progress(`churn: routing tables after it: smallest / median / largest ${spread(sizes)} peers`)
   const stayedRows = stayed.rows('churn.stayed').filter(r => /recall/.test(r.name)).map(r => ({ ...r, target: undefined }))

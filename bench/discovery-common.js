@@ -60,19 +60,21 @@ export function row (name, value, unit, baseline, target) {
 }
 
 /**
- * Poll `read()` ({ sizes: { node: routing table size }, self: { node: first
- * self-query ended } }) every `every` ms until every first self-query has
- * ended and no size has changed for `quiet` ms, or `max` ms have passed
+ * Poll `read()` ({ sizes, self, peers }: per node its routing table size,
+ * whether its first self-query has ended, its connected peers) every `every`
+ * ms until every first self-query has ended, every table holds at least the
+ * node's connected peers (their identify is done) and no size has changed
+ * for `quiet` ms, or `max` ms have passed; `pending`: nodes behind
  */
 export async function settleTables (read, { quiet = 3_000, max = 60_000, every = 500 } = {}) {
   const t0 = Date.now()
   let last = ''
   let since = Date.now()
   for (;;) {
-    const { sizes, self } = await read()
+    const { sizes, self, peers } = await read()
     const key = JSON.stringify(sizes)
     if (key !== last) { last = key; since = Date.now() }
-    const pending = Object.values(self).filter(s => !s).length
+    const pending = Object.keys(sizes).filter(i => !self[i] || sizes[i] < peers[i]).length
     const stable = pending === 0 && Date.now() - since >= quiet
     if (stable || Date.now() - t0 >= max) return { sizes: Object.values(sizes), stable, pending, ms: Date.now() - t0 }
     await new Promise(resolve => setTimeout(resolve, every))

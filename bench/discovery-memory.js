@@ -85,14 +85,16 @@ export async function memoryVariant ({ size, quick, progress }) {
     })
     // let the DHT settle before announcing (records announced while routing
     // tables are still small land on the wrong "closest" peers): every node's
-    // first self-query has ended and no table has changed for 3 s. The tables
+    // first self-query has ended, its table holds at least its connected
+    // peers (identify done), and no table has changed for 3 s. The tables
     // do not reach k (20) everywhere: a node's table holds the peers its
     // walks met (print the smallest).
     const settled = await settleTables(() => ({
       sizes: Object.fromEntries(nodes.map((n, i) => [i, n.services.dht.routingTable.size])),
-      self: Object.fromEntries(nodes.map((_, i) => [i, selfQueried.has(i)]))
+      self: Object.fromEntries(nodes.map((_, i) => [i, selfQueried.has(i)])),
+      peers: Object.fromEntries(nodes.map((n, i) => [i, n.getPeers().length]))
     }))
-    progress(`memory: routing tables ${settled.stable ? 'stable' : `still changing (${settled.pending} first self-queries pending)`} after ${(settled.ms / 1000).toFixed(1)} s: ` +
+    progress(`memory: routing tables ${settled.stable ? 'stable' : `still changing (${settled.pending} nodes behind)`} after ${(settled.ms / 1000).toFixed(1)} s: ` +
       `smallest / median / largest ${spread(settled.sizes)} peers`)
     for (const n of nodes) ics.push(await createInterconnect(n, interconnectInit()))
 

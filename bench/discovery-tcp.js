@@ -65,14 +65,12 @@ export function startLoad () {
   }
 }
 
-/**
- * Poll the routing tables until every node's first self-query has ended and
- * no table size has changed for `quiet` ms (at most `max` ms); the sizes
- */
+/** `settleTables` over the workers' nodes */
 async function stableTables (workers, { quiet = 3_000, max = 60_000, every = 500 } = {}) {
   return settleTables(async () => {
     const answers = await Promise.all(workers.map(w => w.call('tables')))
-    return { sizes: Object.assign({}, ...answers.map(r => r.tables)), self: Object.assign({}, ...answers.map(r => r.self)) }
+    const merge = (key) => Object.assign({}, ...answers.map(r => r[key]))
+    return { sizes: merge('tables'), self: merge('self'), peers: merge('peers') }
   }, { quiet, max, every })
 }
 
@@ -142,7 +140,7 @@ function peerOf (addrs) {
 /** Wait for every node's first self-query and stable routing tables; print their sizes */
 async function settle (workers, progress) {
   const { sizes, stable, ms, pending } = await stableTables(workers)
-  progress(`routing tables ${stable ? 'stable' : `still changing (${pending} first self-queries pending)`} after ${(ms / 1000).toFixed(1)} s: smallest / median / largest ${spread(sizes)} peers`)
+  progress(`routing tables ${stable ? 'stable' : `still changing (${pending} nodes behind)`} after ${(ms / 1000).toFixed(1)} s: smallest / median / largest ${spread(sizes)} peers`)
 }
 
 /** The agents and holder peers of `skill` on the nodes that count now */

@@ -7,7 +7,7 @@
 //
 //   start    { nodes: [i], bootstrap?: [addr] }   -> { addrs: { i: [addr] } }
 //   dial     { pairs: [[i, [addr]]] }              -> { failed }
-//   tables   {}                                    -> { tables: { i: size }, self: { i: true when its first self-query ended } }
+//   tables   {}                                    -> { tables: { i: size }, self: { i: first self-query ended }, peers: { i: connected peers } }
 //   host     { i, layout, size }                       -> { agents: [{ did, skill }] }
 //   announced { nodes?: [i] }                      -> { ms }
 //   lookup   { i, skill, timeout }                 -> { ms, agents: [did], peers: [peer] }
@@ -70,11 +70,13 @@ async function dial ({ pairs }) {
 function tables () {
   const out = {}
   const self = {}
+  const peers = {}
   for (const [i, node] of nodes) {
     out[i] = node.services.dht.routingTable?.size ?? node.getPeers().length
     self[i] = selfQueried.has(i)
+    peers[i] = node.getPeers().length
   }
-  return { tables: out, self }
+  return { tables: out, self, peers }
 }
 
 async function host ({ i, layout, size }) {

@@ -94,7 +94,7 @@ export async function memoryVariant ({ size, quick, progress }) {
       self: Object.fromEntries(nodes.map((_, i) => [i, selfQueried.has(i)])),
       peers: Object.fromEntries(nodes.map((n, i) => [i, n.getPeers().length]))
     }))
-    progress(`memory: routing tables ${settled.stable ? 'stable' : `still changing (${settled.pending} nodes behind)`} after ${(settled.ms / 1000).toFixed(1)} s: ` +
+    progress(`memory: routing tables ${settled.stable ? 'stable' : `not settled (${settled.pending} nodes with their self-query pending or fewer table entries than connected peers)`} after ${(settled.ms / 1000).toFixed(1)} s: ` +
       `smallest / median / largest ${spread(settled.sizes)} peers`)
     for (const n of nodes) ics.push(await createInterconnect(n, interconnectInit()))
 

@@ -140,7 +140,7 @@ function peerOf (addrs) {
 /** Wait for every node's first self-query and stable routing tables; print their sizes */
 async function settle (workers, progress) {
   const { sizes, stable, ms, pending } = await stableTables(workers)
-  progress(`routing tables ${stable ? 'stable' : `still changing (${pending} nodes behind)`} after ${(ms / 1000).toFixed(1)} s: smallest / median / largest ${spread(sizes)} peers`)
+  progress(`routing tables ${stable ? 'stable' : `not settled (${pending} nodes with their self-query pending or fewer table entries than connected peers)`} after ${(ms / 1000).toFixed(1)} s: smallest / median / largest ${spread(sizes)} peers`)
 }
 
 /** The agents and holder peers of `skill` on the nodes that count now */

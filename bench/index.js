@@ -19,7 +19,8 @@
 import os from 'node:os'
 import { parseArgs } from 'node:util'
 import { createTransportNode } from '@ioa/transport'
-import { discoveryGroup, hostingGroup } from './interconnect.js'
+import { discoveryGroup } from './discovery.js'
+import { hostingGroup } from './interconnect.js'
 import { orchestrationGroup, dagGroup, chainGroup, replayGroup } from './collab.js'
 import { percentile, pipelined, rotate } from './measure.js'
 import { ECHO_PROTOCOL, lpEchoClient, netEchoClient, serveLpEcho, startNetEchoServer } from './echo-wire.js'
@@ -76,6 +77,7 @@ const USAGE = `Usage: node --import ./scripts/polyfill.js bench/index.js [option
   --soak-seconds <n>  soak group: length of the run (default 75; --quick 20)
   --soak-rate <n>   soak group: tasks started per second (default 50)
   --soak-keep-all   soak group: no retention limit (to see the growth it stops)
+  --load            discovery group: run it all beside a CPU load of one core
   -h, --help        this text`
 
 function parseOptions (argv) {
@@ -92,6 +94,7 @@ function parseOptions (argv) {
       'soak-seconds': { type: 'string' },
       'soak-rate': { type: 'string' },
       'soak-keep-all': { type: 'boolean', default: false },
+      load: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false }
     },
     strict: true
@@ -113,6 +116,7 @@ function parseOptions (argv) {
   return {
     soak,
     quick: values.quick,
+    load: values.load,
     json: values.json,
     help: values.help,
     groups: values.group,
@@ -468,7 +472,7 @@ async function main () {
     for (const group of selected) {
       const started = performance.now()
       const progress = (msg) => { process.stderr.write(`[${group.name}] ${msg}\n`) }
-      const rows = await group.run({ profile, quick: options.quick, paths: options.paths, soak: options.soak, progress })
+      const rows = await group.run({ profile, quick: options.quick, load: options.load, paths: options.paths, soak: options.soak, progress })
       progress(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`)
       results.push({ group, rows })
       if (options.json) {

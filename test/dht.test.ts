@@ -156,7 +156,8 @@ describe('DHT lookups across a sparse network', () => {
     await lookupAcross({
       label: 'memory-50',
       title: 'memory, 50 nodes',
-      network: { size: 50, transport: 'memory', topology: 'random', degree: 3, seed: 50 },
+      // the bare DHT is under test: no gossipsub beside it on 50 nodes in one process
+      network: { size: 50, transport: 'memory', topology: 'random', degree: 3, seed: 50, nodeInit: () => ({ pubsub: false }) },
       readyTimeout: 40_000,
       checkGraph: (network) => {
         // the start-up graph is sparse: 75 links among 50 nodes, nobody near k = 20

@@ -29,7 +29,7 @@ export const discoveryGroup = {
   async run ({ quick, progress, load: loadAll }) {
     const variants = (process.env.IOA_BENCH_DISCOVERY ?? VARIANTS.join(',')).split(',').map(v => v.trim()).filter(v => v !== '')
     for (const v of variants) if (!VARIANTS.includes(v)) throw new Error(`IOA_BENCH_DISCOVERY: unknown variant "${v}" (variants: ${VARIANTS.join(', ')})`)
-    if (process.env.IOA_BENCH_GOSSIP === '0') progress('IOA_BENCH_GOSSIP=0: no effect yet (InterconnectInit has no `gossip` option; see interconnectInit in bench/discovery-common.js)')
+    if (process.env.IOA_BENCH_GOSSIP === '0') progress('IOA_BENCH_GOSSIP=0: ours on the DHT alone (the gossip channel off)')
     progress(`load average before: ${os.loadavg().map(l => l.toFixed(2)).join(' ')}`)
     const size = Number(process.env.IOA_BENCH_DISCOVERY_NODES ?? (quick ? 16 : 50))
     if (!Number.isInteger(size) || size < 8 || size % 2 !== 0) throw new Error(`IOA_BENCH_DISCOVERY_NODES: an even number >= 8, got ${process.env.IOA_BENCH_DISCOVERY_NODES}`)

@@ -158,7 +158,8 @@ export default {
       report = snapshot.result
       ctx.timeline('homeowner', `report received: ${report.confirmed ? `intruder at ${report.intruder.zone}` : 'no intruder'}, drone ${report.drone?.droneId ?? '—'}, takeover ${report.takeover != null ? `${report.takeover.from} → ${report.takeover.to}` : '—'}`)
       // R1 comes back after a while: it must see that its patrol is gone
-      await sleep(Math.max(0, frozenAt + FREEZE_MS - Date.now()), signal)
+      // a timer may fire a millisecond before Date.now() says it is due
+      while (Date.now() < frozenAt + FREEZE_MS) await sleep(Math.max(1, frozenAt + FREEZE_MS - Date.now()), signal)
       r1.kill('SIGCONT')
       resumedAt = Date.now()
       ctx.timeline('scenario', `R1 resumes (SIGCONT) after ${resumedAt - frozenAt} ms frozen`)

@@ -8,7 +8,8 @@
  */
 import { afterEach, vi } from 'vitest'
 
-export interface Stoppable { stop(): Promise<void> }
+/** A transport node's `stop` may return nothing (libp2p types it `void | Promise<void>`) */
+export interface Stoppable { stop(): void | Promise<void> }
 
 export function stopAfterEach (): Stoppable[] {
   const started: Stoppable[] = []
@@ -16,7 +17,7 @@ export function stopAfterEach (): Stoppable[] {
     vi.restoreAllMocks()
     for (const x of started.splice(0).reverse()) {
       // one part failing to stop must not keep the others running into the next test
-      await x.stop().catch((err: unknown) => { console.warn('stop after the test failed:', err) })
+      await Promise.resolve().then(async () => { await x.stop() }).catch((err: unknown) => { console.warn('stop after the test failed:', err) })
     }
   })
   return started

@@ -16,6 +16,8 @@ let net: Network | undefined
 const extra: Array<{ stop(): void | Promise<void> }> = []
 
 afterEach(async () => {
+  // the spy on a node's peer routing goes with the node
+  vi.restoreAllMocks()
   for (const x of extra.splice(0).reverse()) await Promise.resolve(x.stop()).catch(() => {})
   await net?.stop()
   net = undefined

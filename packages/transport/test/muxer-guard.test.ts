@@ -3,13 +3,12 @@
  * stream opened on a connection that closes in the same tick used to throw
  * from the muxer's microtask, an uncaught exception that ends the process.
  */
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createTransportNode } from '../src/index.js'
+import { stopAfterEach } from '../../../test/stop-after-each.js'
 import { LOOPBACK, until } from '../../../test/util.js'
-import type { TransportNode } from '../src/index.js'
 
-const nodes: TransportNode[] = []
-afterEach(async () => { await Promise.all(nodes.splice(0).map(async n => n.stop())) })
+const nodes = stopAfterEach()
 
 describe('stream muxer guard', () => {
   it('drops the opening window update of a stream whose connection closed in the same tick, instead of throwing it uncaught', async () => {

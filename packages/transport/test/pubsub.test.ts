@@ -2,13 +2,14 @@
  * The `pubsub` service of a transport node (gossipsub, StrictSign) over TCP
  * on 127.0.0.1 between separate nodes, and its options
  */
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createTransportNode } from '../src/index.js'
 import { startNetwork } from '../../../test/harness/index.js'
+import { stopAfterEach } from '../../../test/stop-after-each.js'
 import { expectErrorName, until } from '../../../test/util.js'
 import type { TransportNode, TransportNodeInit } from '../src/index.js'
 
-const nodes: TransportNode[] = []
+const nodes = stopAfterEach()
 
 async function makeNode (init: TransportNodeInit = {}): Promise<TransportNode> {
   const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'], ...init })
@@ -16,9 +17,6 @@ async function makeNode (init: TransportNodeInit = {}): Promise<TransportNode> {
   return node
 }
 
-afterEach(async () => {
-  await Promise.all(nodes.splice(0).map(async n => n.stop()))
-})
 
 describe('pubsub service', () => {
   it('delivers messages signed by their sender over TCP', async () => {

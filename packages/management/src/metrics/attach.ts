@@ -1,0 +1,43 @@
+/**
+ * Metrics for one node, counted in one place: the executor's and the
+ * gateway's events, the task service's submits, the interconnect's lookups.
+ */
+import { IoaMetrics } from './ioa-metrics.js'
+import { meterLookups, meterSubmits } from './metered.js'
+import type { DiscoveringService, SubmittingService } from './metered.js'
+import type { ExecutorEvent, RelayEvent } from '@ioa/collab'
+import type { Registry } from 'prom-client'
+
+/** The parts of a node whose work is counted */
+export interface MeteredNode {
+  /** The agents hosted here: their skills are the `skill` label's values */
+  readonly interconnect: DiscoveringService & { agents(): Array<{ card: { card: { skills: Array<{ id: string }> } } }> }
+  readonly tasks: SubmittingService
+  readonly events: {
+    onTask(listener: (event: ExecutorEvent) => void): () => void
+    onGateway(listener: (event: RelayEvent) => void): () => void
+  }
+  /** A domain gateway's inner interconnect: its lookups count with `network="domain"` */
+  readonly gatewayInner?: DiscoveringService
+}
+
+export interface AttachMetricsInit {
+  registry: Registry
+  /** @default 'public' */
+  network?: string
+}
+
+/** Count a node's tasks, relays and lookups in `registry`; returns a function that stops counting events */
+export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): () => void {
+  const hosted = (skill: string): boolean => node.interconnect.agents().some(a => a.card.card.skills.some(s => s.id === skill))
+  const m = new IoaMetrics({ registry: init.registry, network: init.network, hosted })
+  meterSubmits(m, node.tasks)
+  meterLookups(m, node.interconnect)
+  if (node.gatewayInner != null) meterLookups(new IoaMetrics({ registry: init.registry, network: 'domain', hosted: () => false }), node.gatewayInner)
+  const offTask = node.events.onTask(e => { m.task(e) })
+  const offGateway = node.events.onGateway(e => { m.relay(e) })
+  return () => {
+    offTask()
+    offGateway()
+  }
+}

@@ -3,12 +3,15 @@
  * (spec/management.md 2.3): a served skill not hosted here is `other`, a
  * submitted skill keeps its name up to the bound, codes outside the code
  * grammar or past the bound are `other`; relay events count by outcome and
- * reason, lapsed leases and failed lookups by themselves.
+ * reason, lapsed leases and failed lookups by themselves; orchestrator runs
+ * by their steps, failovers and duration.
  */
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { IoaMetrics } from '../src/metrics/ioa-metrics.js'
 import { BoundedLabel, SkillLabel, codeLabel } from '../src/metrics/labels.js'
+import { OrchestratorMetrics } from '../src/metrics/orchestration.js'
+import type { OrchestratorEvent } from '@ioa/collab'
 
 describe('bounded labels', () => {
   it('a skill label takes hosted skills for served tasks, and up to the bound of submitted ones', () => {
@@ -65,5 +68,39 @@ describe('IoaMetrics', () => {
     // a second node of the process finds the metrics registered and adds to them
     new IoaMetrics({ registry, hosted: () => false }).lookup(0.1, 2)
     expect(await registry.metrics()).toContain('ioa_discovery_lookups_total{network="public",outcome="found"} 1')
+  })
+})
+
+describe('OrchestratorMetrics', () => {
+  it('counts steps by outcome, failovers and the workflow duration of run, runToCompletion and resume', async () => {
+    const registry = new Registry()
+    const runs = new OrchestratorMetrics(registry, 'public')
+    const events: OrchestratorEvent[] = [
+      { type: 'step-started', runId: 'r', stepId: 's', capability: 'x.y', resumed: false },
+      { type: 'failover', runId: 'r', stepId: 's', slot: 0, from: 'did:key:z6Mka', to: 'did:key:z6Mkb', error: { code: 'UNREACHABLE', message: '' }, previous: 'submitted' as any },
+      { type: 'step-completed', runId: 'r', stepId: 's', result: 1, providers: [], replayed: false },
+      { type: 'completed', runId: 'r', result: 1, steps: {} }
+    ]
+    const seen: string[] = []
+    const o = {
+      async * run (_goal: unknown) { yield * events },
+      async * resume (_runId: string) { yield { type: 'failed', runId: 'r', error: { code: 'STEP_FAILED', message: '' }, steps: {} } as OrchestratorEvent },
+      async runToCompletion (_goal: unknown, options?: { onEvent?: (e: OrchestratorEvent) => void }) { for (const e of events) options?.onEvent?.(e); return 'done' },
+      async resumeToCompletion () { return 'done' }
+    }
+    runs.meter(o)
+    for await (const e of o.run('goal')) seen.push(e.type)
+    expect(seen).toEqual(['step-started', 'failover', 'step-completed', 'completed'])
+    const got: string[] = []
+    expect(await o.runToCompletion('goal', { onEvent: (e: OrchestratorEvent) => { got.push(e.type) } })).toBe('done')
+    expect(got).toHaveLength(4)
+    for await (const e of o.resume('r')) seen.push(e.type)
+    const text = await registry.metrics()
+    expect(text).toContain('ioa_orchestrator_steps_total{network="public",outcome="started"} 2')
+    expect(text).toContain('ioa_orchestrator_steps_total{network="public",outcome="completed"} 2')
+    expect(text).toContain('ioa_orchestrator_failovers_total{network="public"} 2')
+    expect(text).toContain('gen_ai_workflow_duration_seconds_count{network="public",outcome="completed"} 2')
+    expect(text).toContain('gen_ai_workflow_duration_seconds_count{network="public",outcome="failed"} 1')
+    expect(text).not.toContain('did:key')
   })
 })

@@ -361,6 +361,7 @@ class DefaultIoaNode implements IoaNode {
       agent
     })
     this.orchestrators.add(o)
+    this.management?.orchestrator(o)
     return o
   }
 

@@ -6,7 +6,7 @@
  * import time does not grow. Logs on `ioa:node:management`.
  */
 import type { IoaNode } from './ioa-node.js'
-import type { ExecutorEvent, RelayEvent } from '@ioa/collab'
+import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
 import type { ManagementServer } from '@ioa/management'
@@ -78,12 +78,14 @@ interface ManagedNode {
 
 /** A started management plane and how to stop it */
 export interface StartedManagement extends IoaManagement {
+  /** Count an orchestrator's runs */
+  orchestrator(o: Orchestrator): void
   stop(): Promise<void>
 }
 
 /** Count the node's work and start the HTTP server; throws `InvalidHttpAddressError` or `HttpListenError` */
 export async function startManagement (p: PreparedManagement, node: ManagedNode, init: IoaManagementInit, log: Logger): Promise<StartedManagement> {
-  const detach = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner }, { registry: p.registry })
+  const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner }, { registry: p.registry })
   let server: ManagementServer | undefined
   try {
     if (init.http != null) {
@@ -92,14 +94,15 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode,
       log('management HTTP server on %s', server.url)
     }
   } catch (err) {
-    detach()
+    metrics.detach()
     throw err
   }
   const s = server
   return {
     ...(s != null ? { http: { url: s.url, loginUrl: s.loginUrl, token: s.token, route: s.route.bind(s) } } : {}),
+    orchestrator: (o) => { metrics.orchestrator(o) },
     stop: async () => {
-      detach()
+      metrics.detach()
       await s?.close()
     }
   }

@@ -4,6 +4,8 @@
  */
 import { IoaMetrics } from './ioa-metrics.js'
 import { meterLookups, meterSubmits } from './metered.js'
+import { OrchestratorMetrics } from './orchestration.js'
+import type { MeteredOrchestrator } from './orchestration.js'
 import type { DiscoveringService, SubmittingService } from './metered.js'
 import type { ExecutorEvent, RelayEvent } from '@ioa/collab'
 import type { Registry } from 'prom-client'
@@ -27,8 +29,16 @@ export interface AttachMetricsInit {
   network?: string
 }
 
-/** Count a node's tasks, relays and lookups in `registry`; returns a function that stops counting events */
-export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): () => void {
+/** What `attachMetrics` returns */
+export interface AttachedMetrics {
+  /** Count the runs of an orchestrator of the node (steps, failovers, `gen_ai_workflow_duration_seconds`) */
+  orchestrator(o: MeteredOrchestrator): void
+  /** Stop counting the node's events */
+  detach(): void
+}
+
+/** Count a node's tasks, relays and lookups in `registry` */
+export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): AttachedMetrics {
   const hosted = (skill: string): boolean => node.interconnect.agents().some(a => a.card.card.skills.some(s => s.id === skill))
   const m = new IoaMetrics({ registry: init.registry, network: init.network, hosted })
   meterSubmits(m, node.tasks)
@@ -36,8 +46,12 @@ export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): () =
   if (node.gatewayInner != null) meterLookups(new IoaMetrics({ registry: init.registry, network: 'domain', hosted: () => false }), node.gatewayInner)
   const offTask = node.events.onTask(e => { m.task(e) })
   const offGateway = node.events.onGateway(e => { m.relay(e) })
-  return () => {
-    offTask()
-    offGateway()
+  const runs = new OrchestratorMetrics(init.registry, m.network)
+  return {
+    orchestrator: (o) => { runs.meter(o) },
+    detach: () => {
+      offTask()
+      offGateway()
+    }
   }
 }

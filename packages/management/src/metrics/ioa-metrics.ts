@@ -9,14 +9,12 @@
  * or three (`network` and `skill` and `state`). Every node of a process
  * shares them (see registry.ts); a second node finds them registered.
  */
-import { Counter, Histogram } from 'prom-client'
+import { DURATION_BUCKETS, counter, histogram } from './registry-metrics.js'
 import { SkillLabel, codeLabel } from './labels.js'
 import type { BoundedLabel } from './labels.js'
 import type { ExecutorEvent, RelayEvent, TaskSnapshot, TaskState } from '@ioa/collab'
-import type { Registry } from 'prom-client'
+import type { Counter, Histogram, Registry } from 'prom-client'
 
-/** Buckets of task durations, seconds: the GenAI conventions' (10 ms … 82 s) below a fast task's sub-millisecond ones */
-export const DURATION_BUCKETS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 /** Buckets of discovery lookup durations, seconds */
 const LOOKUP_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 /** Buckets of the number of agents a lookup found */
@@ -54,19 +52,6 @@ export interface IoaMetricsInit {
    * @default 64
    */
   maxCodes?: number
-}
-
-/** One metric of the registry, registered on first use (a second node of the process finds it) */
-function counter (registry: Registry, name: string, help: string, labelNames: string[]): Counter {
-  const existing = registry.getSingleMetric(name)
-  if (existing != null) return existing as Counter
-  return new Counter({ name, help, labelNames, registers: [registry] })
-}
-
-function histogram (registry: Registry, name: string, help: string, labelNames: string[], buckets: number[]): Histogram {
-  const existing = registry.getSingleMetric(name)
-  if (existing != null) return existing as Histogram
-  return new Histogram({ name, help, labelNames, buckets, registers: [registry] })
 }
 
 /** What a requester's stream of one task came to: the task's last state, its lease lapsed, or the stream failed */

@@ -245,7 +245,6 @@ export type AgentConfig = z.output<typeof AgentConfig>
 export type GatewayConfig = z.output<typeof GatewayConfig>
 export type TasksConfig = z.output<typeof TasksConfig>
 export type ApprovalRuleConfig = z.output<typeof ApprovalRule>
-export type ManagementConfig = z.output<typeof ManagementConfig>
 
 /**
  * Validate a configuration object. Throws `ConfigError` naming the first bad

@@ -16,7 +16,6 @@ export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema, M
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig, LoadConfigOptions } from './config.js'
 // the management plane (spec/management.md 2): its options and what a running node exposes
 export type { IoaManagement, IoaManagementInit } from './management.js'
-export type { ManagementConfig } from './config.js'
 export { startFromConfig } from './start.js'
 export { DOMAIN_PSK_ENV, DOMAIN_PSK_FILE_ENV } from './domain-key.js'
 export type { DomainKeyOptions } from './domain-key.js'

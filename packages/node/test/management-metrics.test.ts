@@ -3,7 +3,7 @@
  * over TCP between two nodes: `/metrics` carries libp2p's metrics and ours;
  * after tasks the task counters and duration histograms have moved with the
  * right labels (served and submitted, refusals by code, chains rejected by
- * code, lookups); no label carries a DID, a peer id or a task id.
+ * code, lookups, cards verified); no label carries a DID, a peer id or a task id.
  *
  * The nodes of one process share one set of metrics (a process is what
  * Prometheus scrapes): the two nodes here both count in it, the executor as
@@ -102,6 +102,9 @@ describe('metrics of a node, over TCP', () => {
     expect(moved('ioa_discovery_lookups_total', { network: 'public', outcome: 'found' })).toBe(1)
     expect(moved('ioa_discovery_lookup_duration_seconds_count', { network: 'public' })).toBe(1)
     expect(sample(after, 'ioa_discovery_lookup_results_sum', { network: 'public' })).toBeGreaterThanOrEqual(1)
+    // the cards it fetched verified (a layer's own metric, through libp2p's metrics component)
+    expect(moved('ioa_cards_verified_total', {})).toBeGreaterThanOrEqual(1)
+    expect(after).toMatch(/^# TYPE ioa_cards_rejected_total counter$/m)
 
     // no label value anywhere is a DID, a peer id or a task id
     const labelValues = [...after.matchAll(/[a-zA-Z_]+="((?:[^"\\]|\\.)*)"/g)].map(m => m[1])

@@ -14,20 +14,10 @@ import { createIdentity } from '@ioa/interconnect'
 import { describe, expect, it } from 'vitest'
 import { rejectionOf } from '../../../test/util.js'
 import { createIoaNode, initFromConfig, parseConfig } from '../src/index.js'
+import { labelValues, sample } from './fixtures/prometheus.js'
 import { scratch } from './fixtures/scratch.js'
 
 const { nodes } = scratch('management-metrics-')
-
-/** The value of one sample of a Prometheus text, 0 when absent */
-function sample (text: string, name: string, labels: Record<string, string> = {}): number {
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line)
-    if (m == null || m[1] !== name) continue
-    const have = Object.fromEntries([...(m[2] ?? '').matchAll(/([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"/g)].map(x => [x[1], x[2]]))
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[3])
-  }
-  return 0
-}
 
 describe('metrics of a node, over TCP', () => {
   it('/metrics has libp2p\'s metrics and ours; after tasks, the counters and histograms moved with the right labels, and no label names a DID, peer or task', async () => {
@@ -107,10 +97,10 @@ describe('metrics of a node, over TCP', () => {
     expect(after).toMatch(/^# TYPE ioa_cards_rejected_total counter$/m)
 
     // no label value anywhere is a DID, a peer id or a task id
-    const labelValues = [...after.matchAll(/[a-zA-Z_]+="((?:[^"\\]|\\.)*)"/g)].map(m => m[1])
-    expect(labelValues.length).toBeGreaterThan(100)
+    const values = labelValues(after)
+    expect(values.length).toBeGreaterThan(100)
     const ids = [shop.did, buyer.did, user.did, executor.transport.peerId.toString(), requester.transport.peerId.toString(), 'quote-1', 'quote-2']
-    expect(labelValues.filter(v => /did:key|12D3KooW|Qm[1-9A-Za-z]{44}/.test(v) || ids.some(id => v.includes(id)))).toEqual([])
+    expect(values.filter(v => /did:key|12D3KooW|Qm[1-9A-Za-z]{44}/.test(v) || ids.some(id => v.includes(id)))).toEqual([])
     for (const id of ids) expect(after).not.toContain(id)
   }, 60_000)
 

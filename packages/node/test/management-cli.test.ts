@@ -2,10 +2,12 @@
  * `ioa start --http` as a separate OS process (spec/management.md 2,
  * docs/cli.md): the ready line names the management server's URL and the
  * login URL; `/metrics` answers from another process; the login URL gives a
- * session cookie that opens the API; a bad `--http` exits 2 naming the flag.
+ * session cookie that opens the API; a bad `--http` exits 2 naming the flag,
+ * a port already taken exits 2 naming `management.http`.
  */
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -14,6 +16,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { until } from '../../../test/util.js'
 import type { ChildProcess } from 'node:child_process'
+import type { AddressInfo } from 'node:net'
 
 const BIN = fileURLToPath(new URL('../bin/ioa.js', import.meta.url))
 
@@ -78,12 +81,25 @@ describe('ioa start --http', () => {
     expect(ready.login).toBeNull()
   }, 60_000)
 
-  it('a bad --http exits 2 naming the flag', async () => {
-    const child = spawn(process.execPath, [BIN, 'start', '--json', '--http', 'example.com:80'], { cwd: dir, env: { ...process.env, IOA_HOME: dir }, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
-    const [code] = await once(child, 'exit') as [number]
-    expect(code).toBe(2)
-    expect(JSON.parse(stderr.trim().split('\n').at(-1)!).error).toMatchObject({ code: 'USAGE', field: '--http', message: expect.stringContaining('host:port') })
+  it('a bad --http exits 2 naming the flag; a port already taken exits 2 naming management.http', async () => {
+    const failing = async (http: string): Promise<{ code: number, error: any }> => {
+      const child = spawn(process.execPath, [BIN, 'start', '--json', '--http', http], { cwd: dir, env: { ...process.env, IOA_HOME: dir }, stdio: ['ignore', 'pipe', 'pipe'] })
+      let stderr = ''
+      child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+      const [code] = await once(child, 'exit') as [number]
+      return { code, error: JSON.parse(stderr.trim().split('\n').at(-1)!).error }
+    }
+    const bad = await failing('example.com:80')
+    expect(bad.code).toBe(2)
+    expect(bad.error).toMatchObject({ code: 'USAGE', field: '--http', message: expect.stringContaining('host:port') })
+    const taken = createServer()
+    await new Promise<void>(resolve => { taken.listen(0, '127.0.0.1', resolve) })
+    try {
+      const busy = await failing(`127.0.0.1:${(taken.address() as AddressInfo).port}`)
+      expect(busy.code).toBe(2)
+      expect(busy.error).toMatchObject({ code: 'INVALID_CONFIG', field: 'management.http', message: expect.stringContaining('EADDRINUSE') })
+    } finally {
+      taken.close()
+    }
   }, 60_000)
 })

@@ -67,6 +67,7 @@ export async function prepareManagement (): Promise<PreparedManagement> {
 interface ManagedNode {
   readonly interconnect: Interconnect
   readonly tasks: IoaNode['tasks']
+  readonly teams: IoaNode['teams']
   readonly events: {
     onTask(listener: (event: ExecutorEvent) => void): () => void
     onGateway(listener: (event: RelayEvent) => void): () => void
@@ -85,7 +86,7 @@ export interface StartedManagement extends IoaManagement {
 
 /** Count the node's work and start the HTTP server; throws `InvalidHttpAddressError` or `HttpListenError` */
 export async function startManagement (p: PreparedManagement, node: ManagedNode, init: IoaManagementInit, log: Logger): Promise<StartedManagement> {
-  const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner }, { registry: p.registry })
+  const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner, teams: node.teams }, { registry: p.registry, log })
   let server: ManagementServer | undefined
   try {
     if (init.http != null) {

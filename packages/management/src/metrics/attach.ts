@@ -5,9 +5,12 @@
 import { IoaMetrics } from './ioa-metrics.js'
 import { meterLookups, meterSubmits } from './metered.js'
 import { OrchestratorMetrics } from './orchestration.js'
+import { meterConversations } from './teams.js'
 import type { MeteredOrchestrator } from './orchestration.js'
+import type { MeteredTeams } from './teams.js'
 import type { DiscoveringService, SubmittingService } from './metered.js'
 import type { ExecutorEvent, RelayEvent } from '@ioa/collab'
+import type { Logger } from '@libp2p/interface'
 import type { Registry } from 'prom-client'
 
 /** The parts of a node whose work is counted */
@@ -21,10 +24,14 @@ export interface MeteredNode {
   }
   /** A domain gateway's inner interconnect: its lookups count with `network="domain"` */
   readonly gatewayInner?: DiscoveringService
+  /** The node's team service: the messages of its teams' conversations are counted */
+  readonly teams?: MeteredTeams
 }
 
 export interface AttachMetricsInit {
   registry: Registry
+  /** Where a reader of the team events that fails says so */
+  log: Logger
   /** @default 'public' */
   network?: string
 }
@@ -47,11 +54,13 @@ export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): Atta
   const offTask = node.events.onTask(e => { m.task(e) })
   const offGateway = node.events.onGateway(e => { m.relay(e) })
   const runs = new OrchestratorMetrics(init.registry, m.network)
+  const offTeams = node.teams != null ? meterConversations(init.registry, m.network, node.teams, init.log) : undefined
   return {
     orchestrator: (o) => { runs.meter(o) },
     detach: () => {
       offTask()
       offGateway()
+      offTeams?.()
     }
   }
 }

@@ -172,5 +172,9 @@ describe('the management HTTP server', () => {
     await expect(server({ listen: '127.0.0.1:70000' })).rejects.toMatchObject({ code: 'INVALID_HTTP_ADDRESS' })
     const s = await server()
     await expect(server({ listen: `127.0.0.1:${new URL(s.url).port}` })).rejects.toMatchObject({ name: 'HttpListenError', code: 'HTTP_LISTEN_FAILED' })
+    // options out of range are the caller's mistake
+    await expect(server({ headersTimeout: 20_000, requestTimeout: 10_000 })).rejects.toThrow(/headersTimeout/)
+    await expect(server({ maxConnections: 0 })).rejects.toThrow(/maxConnections/)
+    await expect(server({ token: 'short' })).rejects.toThrow(/token/)
   })
 })

@@ -65,7 +65,7 @@ export interface ManagementServerInit {
    */
   maxHeaderBytes?: number
   /**
-   * Time to receive a request's headers, ms
+   * Time to receive a request's headers, ms (at most `requestTimeout`)
    *
    * @default 10_000
    */
@@ -162,6 +162,7 @@ export async function startManagementServer (init: ManagementServerInit): Promis
     requestTimeout: positive('requestTimeout', init.requestTimeout, HTTP_DEFAULTS.requestTimeout),
     keepAliveTimeout: positive('keepAliveTimeout', init.keepAliveTimeout, HTTP_DEFAULTS.keepAliveTimeout)
   }
+  if (limits.headersTimeout > limits.requestTimeout) throw new TypeError(`headersTimeout (${limits.headersTimeout} ms) must not be above requestTimeout (${limits.requestTimeout} ms)`)
   const auth = new OperatorAuth(init.token)
   const loopback = isLoopback(address.host)
   const routes = new Map<string, Route>()

@@ -29,6 +29,7 @@ import { soakGroup } from './soak.js'
 import { coldGroup } from './cold.js'
 import { teamGroup } from './teams.js'
 import { taskGroup } from './task.js'
+import { managementGroup } from './management.js'
 
 // ---------------------------------------------------------------------------
 // options
@@ -324,6 +325,7 @@ const GROUPS = [
   coldGroup,
   teamGroup,
   taskGroup,
+  managementGroup,
   // only when asked for (`--group soak`): it runs for over a minute
   soakGroup
 ]

@@ -94,7 +94,7 @@ function libp2pPath (serve, wrap) {
  * The `task-envelope` path with the stack `load()` gives (`createIoaNode`,
  * `createIdentity`, `delegate`): this checkout's, or IOA_BENCH_BEFORE's
  */
-function taskEnvelopePath (load) {
+export function taskEnvelopePath (load) {
   return {
     async serve () {
       const { createIoaNode } = await load()

@@ -14,10 +14,10 @@ import type { Directory } from './directory.js'
 import type { Defaults } from './options.js'
 import type { CardQuery, CardSource } from './types.js'
 import type { RequestContext } from '@ioa/transport'
-import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
+import type { AbortOptions, Counter, CounterGroup, Logger, PeerId } from '@libp2p/interface'
 
 export interface CardProtocolInit {
-  components: Pick<InterconnectComponents, 'messaging'>
+  components: Pick<InterconnectComponents, 'messaging' | 'metrics'>
   directory: Directory
   opts: Defaults
   log: Logger
@@ -29,10 +29,15 @@ export class CardProtocol {
   private readonly init: CardProtocolInit
   private readonly log: Logger
   private readonly sources: CardSource[] = []
+  /** Cards fetched from peers that verified, and those dropped by reason (their error code), when the node has metrics */
+  private readonly verified?: Counter
+  private readonly rejected?: CounterGroup
 
   constructor (init: CardProtocolInit) {
     this.init = init
     this.log = init.log
+    this.verified = init.components.metrics?.registerCounter('ioa_cards_verified_total', { help: 'Agent cards fetched from peers that verified' })
+    this.rejected = init.components.metrics?.registerCounterGroup('ioa_cards_rejected_total', { label: 'reason', help: 'Agent cards fetched from peers that did not verify, by error code' })
   }
 
   async start (): Promise<void> {
@@ -134,9 +139,11 @@ export class CardProtocol {
     for (const raw of answer.cards.slice(0, max)) {
       try {
         out.push(await verifyCard(raw, { servedBy: peerId.toString(), clockSkew: this.init.opts.clockSkew }))
+        this.verified?.increment()
       } catch (err: any) {
         // a card that does not verify is dropped, never returned
         this.log('dropped a card from %p: %s %s', peerId, err?.code ?? err?.name, err?.message)
+        this.rejected?.increment({ [/^[A-Z][A-Z0-9_]{0,63}$/.test(err?.code) ? err.code : 'other']: true })
       }
     }
     return out

@@ -14,3 +14,15 @@
 
 /** The management protocol id (spec/management.md) */
 export const MANAGEMENT_PROTOCOL = '/ioa/manage/1.0.0'
+
+// metrics and the management HTTP server (spec/management.md 2)
+export { libp2pMetrics, metricsRegistry } from './metrics/registry.js'
+export type { Libp2pMetrics } from './metrics/registry.js'
+export { attachMetrics } from './metrics/attach.js'
+export type { AttachedMetrics, AttachMetricsInit, MeteredNode } from './metrics/attach.js'
+export type { MeteredOrchestrator } from './metrics/orchestration.js'
+export type { MeteredTeams } from './metrics/teams.js'
+export type { DiscoveringService, SubmittingService } from './metrics/metered.js'
+export { startManagementServer, HTTP_DEFAULTS } from './http/server.js'
+export type { ManagementServer, ManagementServerInit, RouteHandler, RouteOptions, RouteRequest, RouteResponse } from './http/server.js'
+export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from './http/errors.js'

@@ -4,6 +4,7 @@
  * capability names of the card grammar, durations a Node.js timer can hold.
  * Each refusal says what is wrong; `parseConfig` adds the field's path.
  */
+import { isIP as isIPVersion } from 'node:net'
 import { isCapability, isDid } from '@ioa/interconnect'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -72,3 +73,22 @@ export const ListenAddr = multiaddrField(false)
 
 /** A peer to dial: a multiaddr ending in `/p2p/<peer id>` */
 export const PeerAddr = multiaddrField(true)
+
+/** Why `text` is not a `host:port` for the management HTTP server, or undefined */
+function httpAddressProblem (text: string): string | undefined {
+  const m = /^(\[[0-9A-Fa-f:.]+\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost):([0-9]{1,5})$/.exec(text)
+  if (m == null) return `"${text.slice(0, 80)}" is not host:port (an IPv4 address, [IPv6 address] or localhost, then a port)`
+  if (Number(m[2]) > 65535) return `port ${m[2]} is above 65535`
+  if (m[1].startsWith('[') ? !isIP(m[1].slice(1, -1), 6) : (m[1] !== 'localhost' && !isIP(m[1], 4))) return `"${m[1]}" is not an IP address`
+  return undefined
+}
+
+function isIP (host: string, version: 4 | 6): boolean {
+  return isIPVersion(host) === version
+}
+
+/** The management HTTP server's address: `127.0.0.1:9464`, `[::1]:0`, `localhost:9464` */
+export const HttpAddress = z.string().min(1).max(64).superRefine((s, ctx) => {
+  const problem = httpAddressProblem(s)
+  if (problem != null) ctx.addIssue({ code: 'custom', message: problem })
+})

@@ -61,6 +61,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       ...(c.tasks?.retention != null ? { retention: c.tasks.retention } : {}),
       ...constraintsOf(c.tasks?.enforceConstraints)
     },
+    ...(c.management != null ? { management: { ...c.management } } : {}),
     ...(c.gateway != null
       ? {
           gateway: {

@@ -8,7 +8,7 @@ import { MAX_CARDS_PER_LIST, SkillSchema } from '@ioa/interconnect'
 import { MESSAGING_DEFAULTS } from '@ioa/transport'
 import { z } from 'zod'
 import { substituteEnv } from './config-env.js'
-import { CapabilityString, DidString, ListenAddr, MAX_TIMER_MS, PeerAddr, PeerIdString, duration } from './config-fields.js'
+import { CapabilityString, DidString, HttpAddress, ListenAddr, MAX_TIMER_MS, PeerAddr, PeerIdString, duration } from './config-fields.js'
 import { ConfigError } from './errors.js'
 
 export { ConfigError }
@@ -126,6 +126,23 @@ const GatewayConfig = z.object({
   refreshInterval: duration(100).optional()
 }).strict()
 
+/**
+ * The management plane (spec/management.md): metrics, the management HTTP
+ * server, the node's role. A node without this section loads none of it.
+ */
+const ManagementConfig = z.object({
+  /**
+   * Where the management HTTP server listens (`host:port`; an IPv6 host in
+   * brackets; port 0 picks a free one): `/metrics` and the operator's API
+   * @default undefined (no HTTP server; metrics are still collected)
+   */
+  http: HttpAddress.optional(),
+  /** `agent`: this node is a management agent that aggregates its domain's snapshots @default undefined (a plain node) */
+  role: z.enum(['agent']).optional(),
+  /** The operator's did:key: delegations for `ioa.manage.*` must come from it @default undefined */
+  operator: DidString.optional()
+}).strict()
+
 /** The interconnect's cache bounds: discovery results, routes, card bytes, ranking history */
 const InterconnectLimits = z.object({
   maxCachedLookups: z.number().int().positive().optional(),
@@ -210,7 +227,9 @@ export const NodeConfigSchema = z.object({
    */
   domainPskFile: z.string().min(1).max(4096).optional(),
   /** The pre-shared key inline (the key file's text, or its 64 hex digits); prefer `domainPskFile` @default $IOA_DOMAIN_PSK */
-  domainPsk: z.string().min(1).max(1024).optional()
+  domainPsk: z.string().min(1).max(1024).optional(),
+  /** The management plane: metrics, the management HTTP server (`http`), the node's role and operator @default undefined (none of it is loaded) */
+  management: ManagementConfig.optional()
 }).strict().superRefine((c, ctx) => {
   // two agents with one key would be one identity: the second is refused at start, so name it here
   const seen = new Map<string, number>()

@@ -14,6 +14,8 @@ export { DataDirError, DataDirLockedError, DataDirCorruptError, DataDirUnavailab
 export type { IoaNode, IoaNodeInit, HostAgentOptions, IoaLayer, NodeEvents, NodeTaskEvent, IoaGateway, IoaGatewayInit } from './ioa-node.js'
 export { loadConfig, parseConfig, resolvePaths, ConfigError, NodeConfigSchema, MAX_TIMER_MS } from './config.js'
 export type { NodeConfig, AgentConfig, GatewayConfig, TasksConfig, LoadConfigOptions } from './config.js'
+// the management plane (spec/management.md 2): its options and what a running node exposes
+export type { IoaManagement, IoaManagementInit } from './management.js'
 export { startFromConfig } from './start.js'
 export { DOMAIN_PSK_ENV, DOMAIN_PSK_FILE_ENV } from './domain-key.js'
 export type { DomainKeyOptions } from './domain-key.js'

@@ -16,7 +16,9 @@ import { closeOwned, startGateway } from './gateway.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
 import { attempt } from './logging.js'
+import { prepareManagement, startManagement } from './management.js'
 import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
+import type { IoaManagement, IoaManagementInit, StartedManagement } from './management.js'
 import type { AssignmentService, AssignmentsInit, FormOptions, Team, TeamGoalInit, TeamService, TeamsInit } from '@ioa/collab'
 import type {
   DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
@@ -158,6 +160,15 @@ export interface IoaNodeInit {
    * @default undefined
    */
   gateway?: IoaGatewayInit
+
+  /**
+   * The management plane (spec/management.md): metrics of libp2p and of the
+   * layers (`ioa_*`), the management HTTP server (`http`). Loaded only when
+   * set (a dynamic import of `@ioa/management`).
+   *
+   * @default undefined (no metrics, nothing loaded)
+   */
+  management?: IoaManagementInit
 }
 
 export interface IoaGatewayInit extends Omit<GatewayInit, 'inner' | 'outer' | 'domain'> {
@@ -276,6 +287,8 @@ export interface IoaNode {
   readonly events: NodeEvents
   /** The domain gateway, when the node runs one */
   readonly gateway?: IoaGateway
+  /** The management plane, when the node is configured with one: its HTTP server's URLs */
+  readonly management?: IoaManagement
   /** A custom layer by name */
   layer<T extends IoaLayer = IoaLayer>(name: string): T | undefined
   /** Addresses other nodes can dial */
@@ -295,6 +308,7 @@ class DefaultIoaNode implements IoaNode {
   private stopping?: Promise<void>
   gateway?: IoaGateway
   private stopGateway?: () => Promise<void>
+  management?: StartedManagement
 
   constructor (
     readonly transport: TransportNode,
@@ -347,6 +361,7 @@ class DefaultIoaNode implements IoaNode {
       agent
     })
     this.orchestrators.add(o)
+    this.management?.orchestrator(o)
     return o
   }
 
@@ -398,6 +413,7 @@ class DefaultIoaNode implements IoaNode {
   private async doStop (): Promise<void> {
     this.log('stopping')
     await this.layers.stop()
+    await attempt(this.log, 'stopping the management plane', async () => { await this.management?.stop() })
     for (const o of this.orchestrators) await attempt(this.log, 'stopping an orchestrator', async () => { await o.stop() })
     this.orchestrators.clear()
     await this.stopGateway?.()
@@ -419,6 +435,9 @@ class DefaultIoaNode implements IoaNode {
  * their handlers.
  */
 export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
+  // libp2p's metrics component exists before the node (and the gateway's inner node) does
+  const management = init.management != null ? await prepareManagement() : undefined
+  if (management != null) init = { ...init, transport: { ...init.transport, metrics: management.metrics } }
   const { datastore, owned } = await openNodeStore({ ...init, keyGiven: init.transport?.privateKey != null })
   const closeStore = async (): Promise<void> => { await closeOwned(datastore, owned) }
 
@@ -470,6 +489,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       // teams answer invitations from the start, and stored teams resume
       await teams.start()
       if (init.gateway != null) await node.startGateway(init.gateway, init)
+      if (management != null) node.management = await startManagement(management, node, init.management ?? {}, transport.logger.forComponent('ioa:node:management'))
       await node.startLayers(init.layers ?? [])
     } catch (err) {
       await attempt(log, 'stopping the node after a failed start', async () => { await node.stop() })

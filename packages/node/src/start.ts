@@ -134,6 +134,8 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
   const node = await createIoaNode(init).catch((err) => {
     // a key file that cannot be read or parsed is a config error of its field
     if ((err as Error)?.name === 'InvalidDomainKeyError') throw new ConfigError((err as Error).message, domainKeySource(c, keyOptions)?.field)
+    // so is a management address that cannot be listened on (a port taken)
+    if ((err as Error)?.name === 'HttpListenError') throw new ConfigError((err as Error).message, 'management.http', { cause: err })
     throw err
   })
   log = node.logger.forComponent('ioa:node:config')

@@ -15,7 +15,7 @@ import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { GossipSub } from '@libp2p/gossipsub'
 import type { Identify } from '@libp2p/identify'
-import type { ConnectionGater, Libp2p, PeerDiscovery, PrivateKey } from '@libp2p/interface'
+import type { ComponentLogger, ConnectionGater, Libp2p, Metrics, PeerDiscovery, PrivateKey } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { LevelDatastore } from 'datastore-level'
 import type { Ping } from '@libp2p/ping'
@@ -176,6 +176,17 @@ export interface TransportNodeInit {
    * @default {}
    */
   messaging?: MessagingInit
+
+  /**
+   * libp2p's metrics component (its `metrics` option), e.g. `@libp2p/prometheus-metrics`:
+   * libp2p's connection, stream and DHT metrics and the layers' own (`ioa_*`,
+   * registered through `components.metrics`) are recorded there. The
+   * transport imports no metrics library itself: without this option
+   * nothing is recorded and nothing is loaded.
+   *
+   * @default undefined (no metrics)
+   */
+  metrics?: (components: { logger: ComponentLogger }) => Metrics
 
   /**
    * Start the node before returning it
@@ -398,6 +409,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       streamMuxers: [guardControlFrames(yamux())],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),
+      ...(init.metrics != null ? { metrics: init.metrics } : {}),
       ...(domainKey != null ? { connectionProtector: await domainKeyProtector(domainKey) } : {}),
       // a busy node can miss a heartbeat ping; that alone must not cut the link
       connectionMonitor: { abortConnectionOnPingFailure: false },

@@ -24,6 +24,13 @@ export interface ReadyLine {
   agents: Array<{ key: string, did: string, name: string, skills: string[], kind: 'module' | 'command' | 'card' }>
   /** The domain gateway, when the config runs one: its domain and the addresses of its inner node */
   gateway: null | { domain: string, addresses: string[] }
+  /** The management HTTP server's URL (`management.http`, `--http`), e.g. `http://127.0.0.1:9464`, else null */
+  http: string | null
+  /**
+   * The one URL that logs the operator in to the management HTTP server (it
+   * carries the token: spec/management.md 2.2), else null
+   */
+  login: string | null
 }
 
 /** One node event of `ioa start --json` */
@@ -40,7 +47,7 @@ export interface EventLine {
 export const startCommand: CommandSpec = {
   name: 'start',
   summary: 'run a node (its agents, gateway) from a config file until Ctrl-C',
-  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--trust-root <did>]... [--gateway-bootstrap <multiaddr>]... [--new-identity] [--log <namespaces>] [--json]'],
+  usage: ['start [--config <file>] [--listen <multiaddr>]... [--bootstrap <multiaddr>]... [--data-dir <dir>] [--domain <domain>] [--trust-root <did>]... [--gateway-bootstrap <multiaddr>]... [--http <host:port>] [--new-identity] [--log <namespaces>] [--json]'],
   description: [
     'Starts the node described by the config file (see docs/cli.md and the config reference), with the',
     'flags replacing the config\'s fields, and prints what happens until SIGINT or SIGTERM stops it.',
@@ -48,6 +55,8 @@ export const startCommand: CommandSpec = {
     'literal ${; an unset variable exits 2 naming it).',
     'With --json, stdout carries JSON lines: {"type":"ready",…} first, then {"type":"event",…} per',
     'event, and {"type":"stopped"} after a clean stop.',
+    'With --http (or the config\'s management.http), the node serves /metrics (Prometheus text) and the',
+    'management API on that address; the login URL it prints carries the operator\'s token.',
     'With --log, the debug logs of those namespaces (ioa:node, ioa:node:agents, :config, :gateway, :keys,',
     ':cli, the other layers\' ioa:*, libp2p:*) go to stderr; stdout is unchanged.'
   ].join('\n'),
@@ -60,12 +69,14 @@ export const startCommand: CommandSpec = {
     'trust-root': { type: 'string', multiple: true, value: '<did>', description: 'accepted root principal of delegation chains, a did:key (replaces the config\'s tasks.roots)' },
     'new-identity': { type: 'boolean', description: 'let a data directory that holds state but no node key get a new identity (never needed for a new directory)' },
     'gateway-bootstrap': { type: 'string', multiple: true, value: '<multiaddr>', description: 'peer of the domain network the gateway joins (sets gateway.bootstrap)' },
+    http: { type: 'string', value: '<host:port>', description: 'serve /metrics and the management API there, e.g. 127.0.0.1:9464 or 127.0.0.1:0 (sets management.http)' },
     log: { type: 'string', value: '<namespaces>', description: 'debug log namespaces to stderr, as DEBUG takes them (e.g. \'ioa:*\', \'ioa:node*,libp2p:dial*\')' }
   },
   examples: [
     'ioa start --config node.json',
     'ioa start --config hotel.json --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW… --json',
-    'ioa start --config node.json --log \'ioa:*\''
+    'ioa start --config node.json --log \'ioa:*\'',
+    'ioa start --config node.json --http 127.0.0.1:9464'
   ],
   run: runStart
 }
@@ -91,7 +102,15 @@ export async function startConfig (args: Args, cwd: string, env: Record<string, 
     if (config.gateway == null) throw new UsageError('--gateway-bootstrap: the config runs no gateway (add a "gateway" section)', '--gateway-bootstrap')
     config.gateway = { ...config.gateway, bootstrap: gatewayBootstrap }
   }
-  return parseConfig(config)
+  const http = args.string('http')
+  if (http != null) config.management = { ...config.management, http }
+  try {
+    return parseConfig(config)
+  } catch (err) {
+    // the flag's value is checked as the config field it sets
+    if (http != null && (err as { field?: string }).field === 'management.http') throw new UsageError(`--http: ${(err as Error).message.replace(/^Invalid config at "management.http": /, '')}`, '--http')
+    throw err
+  }
 }
 
 /** An address with the node's /p2p/ suffix */
@@ -117,7 +136,9 @@ export function readyLine (started: StartedNode): ReadyLine {
     })),
     gateway: gateway != null
       ? { domain: gateway.gateway.domain, addresses: gateway.addresses().map(a => withPeer(a, gateway.inner.peerId.toString())) }
-      : null
+      : null,
+    http: node.management?.http?.url ?? null,
+    login: node.management?.http?.loginUrl ?? null
   }
 }
 
@@ -192,6 +213,10 @@ function printHeader (out: Output, ready: ReadyLine, t0: number): void {
   if (ready.gateway != null) {
     out.print(`gateway of ${ready.gateway.domain}; its domain network joins through`)
     for (const a of ready.gateway.addresses) out.print(`  ${a}`)
+  }
+  if (ready.http != null) {
+    out.print(`management on ${ready.http} (/metrics); to log in, open (once, it holds the operator's token)`)
+    out.print(`  ${ready.login ?? ''}`)
   }
   out.print('press Ctrl-C to stop')
   out.print('')

@@ -1,0 +1,84 @@
+// Benchmark group `management` (bench/index.js; issue 16): what the
+// management plane costs on the task path. The `task-envelope` path
+// (bench/task-paths.js) between a server and a client OS process on TCP
+// 127.0.0.1, with the management plane off and on (both nodes record
+// libp2p's and our metrics and run the HTTP server; bench/management-paths.js),
+// the two taking turns in the same run (rounds with a rotating start).
+//
+// Rows: `management.metrics.rtt.median` (ms, sequential tasks, on against
+// off: target ≤ 1.05), `.rtt.p99`, `.throughput.16` (tasks/s with 16
+// callers, target ≥ 0.95), `.cpu.per-call` (µs of both processes per task
+// with 16 callers, target ≤ 1.05); the spread: `.rtt.round-ratio.min` and
+// `.max`, the lowest and highest on/off ratio of the rounds' medians.
+// Tracing on/off comes with the tracing step (a `task-tracing-on` path).
+//
+//   node --import ./scripts/polyfill.js bench/index.js --group management [--quick] [--json]
+import { openCrossProcessPath } from './cross-process.js'
+import { median, percentile, rotate, row } from './measure.js'
+
+const PATHS_MODULE = new URL('./management-paths.js', import.meta.url).href
+const OFF = 'task-metrics-off'
+const ON = 'task-metrics-on'
+/** Concurrent callers of the throughput rows */
+const DEPTH = 16
+/** Rounds of the comparison (the paths take turns in each); `--quick` fewer */
+const ROUNDS = { default: 8, quick: 4 }
+/** `--quick` still warms the task path this much (less leaves its code unoptimised) */
+const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500 }
+
+/** Sequential then concurrent phases of `paths`, in `rounds` rounds with a rotating start; per path: the round medians, all samples, tasks/s, CPU per task */
+async function compare (paths, { rttWarmup, rttCount, throughputWarmupMs, throughputMs }, rounds, progress) {
+  progress(`warm-up: ${rttWarmup} sequential tasks and ${throughputWarmupMs} ms with ${DEPTH} callers per path`)
+  for (const p of paths) {
+    await p.phase({ cmd: 'sequential', count: rttWarmup })
+    await p.phase({ cmd: 'pipelined', depth: DEPTH, ms: throughputWarmupMs })
+  }
+  const out = new Map(paths.map(p => [p.name, { rounds: [], samples: [], done: 0, elapsed: 0, cpu: 0 }]))
+  progress(`${rounds} rounds: ${rttCount} sequential tasks and ${throughputMs} ms with ${DEPTH} callers per path, split over the rounds`)
+  for (let r = 0; r < rounds; r++) {
+    const count = Math.floor(rttCount * (r + 1) / rounds) - Math.floor(rttCount * r / rounds)
+    for (const p of rotate(paths, r)) {
+      const m = out.get(p.name)
+      const { samples } = await p.phase({ cmd: 'sequential', count })
+      m.rounds.push(median(samples))
+      m.samples.push(...samples)
+      const { done, elapsed, cpu } = await p.phase({ cmd: 'pipelined', depth: DEPTH, ms: throughputMs / rounds })
+      m.done += done
+      m.elapsed += elapsed
+      m.cpu += cpu
+    }
+  }
+  return out
+}
+
+export const managementGroup = {
+  name: 'management',
+  title: `the task path with the management plane (metrics, HTTP server) on vs off, across two OS processes on TCP 127.0.0.1 (baseline: off; ${DEPTH} callers for throughput; CPU of both processes)`,
+  async run ({ profile: base, quick, progress }) {
+    const profile = quick ? { ...base, ...QUICK_WARMUP } : base
+    const rounds = quick ? ROUNDS.quick : ROUNDS.default
+    progress(`starting a server and a client process for ${OFF} and ${ON}`)
+    const opened = await Promise.allSettled([OFF, ON].map(n => openCrossProcessPath(PATHS_MODULE, n)))
+    const paths = opened.filter(o => o.status === 'fulfilled').map(o => o.value)
+    try {
+      const failed = opened.find(o => o.status === 'rejected')
+      if (failed != null) throw failed.reason
+      const m = await compare(paths, profile, rounds, progress)
+      const off = m.get(OFF)
+      const on = m.get(ON)
+      const sorted = (x) => [...x.samples].sort((a, b) => a - b)
+      const ratios = on.rounds.map((v, i) => v / off.rounds[i])
+      const p = 'management.metrics'
+      return [
+        row(`${p}.rtt.median`, median(on.samples), 'ms', median(off.samples), { max: 1.05 }),
+        row(`${p}.rtt.p99`, percentile(sorted(on), 99), 'ms', percentile(sorted(off), 99)),
+        row(`${p}.rtt.round-ratio.min`, Math.min(...ratios), 'x', null),
+        row(`${p}.rtt.round-ratio.max`, Math.max(...ratios), 'x', null),
+        row(`${p}.throughput.${DEPTH}`, on.done / (on.elapsed / 1000), 'tasks/s', off.done / (off.elapsed / 1000), { min: 0.95 }),
+        row(`${p}.cpu.per-call`, on.cpu / on.done, 'µs', off.cpu / off.done, { max: 1.05 })
+      ]
+    } finally {
+      await Promise.all(paths.map(p => p.close().catch(err => { progress(`stopping ${p.name} failed: ${err.message}`) })))
+    }
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * Errors of the management HTTP server: the ones it throws to its caller
+ * (a bad address, a port it cannot listen on) and the refusals it answers
+ * with (spec/management.md 2.2), each with its HTTP status.
+ */
+import { CodedError, withCode } from '@ioa/transport'
+
+export class ManagementHttpError extends CodedError {
+  static override name = 'ManagementHttpError'
+}
+
+/** `listen` is not `host:port` with an IP address or `localhost` */
+export class InvalidHttpAddressError extends withCode(ManagementHttpError, 'INVALID_HTTP_ADDRESS', 'Invalid management HTTP address') {
+  static override name = 'InvalidHttpAddressError'
+}
+
+/** The server could not listen (the port is taken, the address is not local) */
+export class HttpListenError extends withCode(ManagementHttpError, 'HTTP_LISTEN_FAILED', 'The management HTTP server could not listen') {
+  static override name = 'HttpListenError'
+}
+
+/** A refusal the server answers with: its code and HTTP status (spec/management.md 2.2) */
+export interface Refusal {
+  status: number
+  code: string
+  message: string
+}
+
+/** The refusals of spec/management.md 2.2 */
+export const REFUSALS = {
+  misdirected: { status: 421, code: 'MISDIRECTED_HOST', message: 'The Host header names neither an IP address nor localhost nor an allowed host' },
+  unauthorized: { status: 401, code: 'UNAUTHORIZED', message: 'The operator\'s token is needed: open the login URL `ioa start` printed, or send Authorization: Bearer <token>' },
+  crossOrigin: { status: 403, code: 'CROSS_ORIGIN', message: 'Requests from another origin are refused' },
+  notFound: { status: 404, code: 'NOT_FOUND', message: 'No such path' },
+  method: { status: 405, code: 'METHOD_NOT_ALLOWED', message: 'Method not allowed on this path' },
+  tooLarge: { status: 413, code: 'REQUEST_TOO_LARGE', message: 'The request body is larger than the server accepts' },
+  internal: { status: 500, code: 'INTERNAL', message: 'The request failed inside the node' }
+} satisfies Record<string, Refusal>

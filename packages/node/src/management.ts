@@ -1,0 +1,122 @@
+/**
+ * The node's management plane (spec/management.md), loaded only when the
+ * node is configured with it: `@ioa/management` (and with it
+ * prom-client and libp2p's Prometheus metrics) is imported here, lazily, so
+ * a node without a `management` section loads none of it and `@ioa/node`'s
+ * import time does not grow. Logs on `ioa:node:management`.
+ */
+import type { IoaNode } from './ioa-node.js'
+import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
+import type { Interconnect } from '@ioa/interconnect'
+import type * as Management from '@ioa/management'
+import type { ManagementServer } from '@ioa/management'
+import type { TransportNodeInit } from '@ioa/transport'
+import type { Logger } from '@libp2p/interface'
+
+/** The management section of a node's options (the config file's `management`) */
+export interface IoaManagementInit {
+  /**
+   * `host:port` of the management HTTP server (`127.0.0.1:9464`; port 0
+   * picks a free one): `/metrics`, and the operator's API behind the token
+   *
+   * @default undefined (no HTTP server; metrics are still collected)
+   */
+  http?: string
+  /**
+   * The operator's token for the HTTP server (32-128 base64url characters)
+   *
+   * @default a random one, new at every start
+   */
+  token?: string
+  /**
+   * Host names, besides IP addresses and `localhost`, that requests to the
+   * HTTP server may name in `Host` (a reverse proxy's)
+   *
+   * @default []
+   */
+  allowedHosts?: string[]
+  /** `agent`: the node aggregates its domain's snapshots @default undefined */
+  role?: 'agent'
+  /** The operator's did:key @default undefined */
+  operator?: string
+}
+
+/** The management plane of a running node */
+export interface IoaManagement {
+  /** The management HTTP server, when `management.http` is set */
+  readonly http?: Pick<ManagementServer, 'url' | 'loginUrl' | 'token' | 'route'>
+}
+
+type ManagementModule = typeof Management
+
+/** What the node needs before its libp2p node exists: libp2p's metrics component */
+export interface PreparedManagement {
+  readonly module: ManagementModule
+  readonly metrics: NonNullable<TransportNodeInit['metrics']>
+  readonly registry: ReturnType<ManagementModule['metricsRegistry']>
+}
+
+/** Load the management plane (a dynamic import) and make libp2p's metrics component */
+export async function prepareManagement (): Promise<PreparedManagement> {
+  const module = await import('@ioa/management')
+  const { metrics, registry } = module.libp2pMetrics()
+  return { module, metrics, registry }
+}
+
+/** The parts of a started node the management plane counts and serves */
+interface ManagedNode {
+  readonly interconnect: Interconnect
+  readonly tasks: IoaNode['tasks']
+  readonly teams: IoaNode['teams']
+  readonly events: {
+    onTask(listener: (event: ExecutorEvent) => void): () => void
+    onGateway(listener: (event: RelayEvent) => void): () => void
+  }
+  readonly gateway?: IoaNode['gateway']
+  readonly logger: IoaNode['logger']
+  readonly transport: IoaNode['transport']
+}
+
+/** A started management plane and how to stop it */
+export interface StartedManagement extends IoaManagement {
+  /** Count an orchestrator's runs */
+  orchestrator(o: Orchestrator): void
+  stop(): Promise<void>
+}
+
+/** Count the node's work and start the HTTP server; throws `InvalidHttpAddressError` or `HttpListenError` */
+export async function startManagement (p: PreparedManagement, node: ManagedNode, init: IoaManagementInit, log: Logger): Promise<StartedManagement> {
+  const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner, teams: node.teams }, { registry: p.registry, log })
+  let server: ManagementServer | undefined
+  try {
+    if (init.http != null) {
+      server = await p.module.startManagementServer({ listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
+      server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
+      log('management HTTP server on %s', server.url)
+    }
+  } catch (err) {
+    metrics.detach()
+    throw err
+  }
+  const s = server
+  return {
+    ...(s != null ? { http: { url: s.url, loginUrl: s.loginUrl, token: s.token, route: s.route.bind(s) } } : {}),
+    orchestrator: (o) => { metrics.orchestrator(o) },
+    stop: async () => {
+      metrics.detach()
+      await s?.close()
+    }
+  }
+}
+
+/** `GET /api/v1/node` (spec/management.md 2.4) */
+function nodeStatus (node: ManagedNode): unknown {
+  return {
+    peerId: node.transport.peerId.toString(),
+    domain: node.interconnect.domain,
+    addresses: node.transport.getMultiaddrs().map(a => a.toString()),
+    connections: node.transport.getConnections().length,
+    agents: node.interconnect.agents().map(a => ({ did: a.did, name: a.card.card.name, skills: a.card.card.skills.map(s => s.id) })),
+    gateway: node.gateway != null ? { domain: node.gateway.gateway.domain, addresses: node.gateway.addresses() } : null
+  }
+}

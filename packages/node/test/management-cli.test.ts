@@ -1,0 +1,105 @@
+/**
+ * `ioa start --http` as a separate OS process (spec/management.md 2,
+ * docs/cli.md): the ready line names the management server's URL and the
+ * login URL; `/metrics` answers from another process; the login URL gives a
+ * session cookie that opens the API; a bad `--http` exits 2 naming the flag,
+ * a port already taken exits 2 naming `management.http`.
+ */
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { until } from '../../../test/util.js'
+import type { ChildProcess } from 'node:child_process'
+import type { AddressInfo } from 'node:net'
+
+const BIN = fileURLToPath(new URL('../bin/ioa.js', import.meta.url))
+
+let dir: string
+const children: ChildProcess[] = []
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'ioa-management-cli-'))
+})
+
+afterAll(async () => {
+  for (const c of children) {
+    if (c.exitCode == null) {
+      c.kill('SIGINT')
+      await once(c, 'exit')
+    }
+  }
+  await rm(dir, { recursive: true, force: true })
+})
+
+/** Start `ioa start --json …`; resolves to its ready line and stdout lines */
+async function start (args: string[]): Promise<{ child: ChildProcess, ready: any, stderr: () => string }> {
+  const child = spawn(process.execPath, [BIN, 'start', '--json', ...args], { cwd: dir, env: { ...process.env, IOA_HOME: dir }, stdio: ['ignore', 'pipe', 'pipe'] })
+  children.push(child)
+  let stderr = ''
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+  const lines: any[] = []
+  createInterface({ input: child.stdout! }).on('line', line => { lines.push(JSON.parse(line)) })
+  const ready = await until(() => lines[0], { timeout: 30_000, what: `the ready line (stderr: ${stderr})` })
+  return { child, ready, stderr: () => stderr }
+}
+
+describe('ioa start --http', () => {
+  it('the ready line names the HTTP URL and the login URL; /metrics answers; the login URL opens the API', async () => {
+    await writeFile(join(dir, 'node.json'), JSON.stringify({ domain: 'metrics.example', agents: [{ key: 'idle', name: 'Idle', skills: [{ id: 'demo.idle' }] }] }))
+    const { ready } = await start(['--config', 'node.json', '--http', '127.0.0.1:0'])
+    expect(ready.type).toBe('ready')
+    expect(ready.http).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    expect(ready.login).toMatch(new RegExp(`^${ready.http.replace(/\./g, '\\.')}/login\\?token=[A-Za-z0-9_-]{43}$`))
+
+    const metrics = await fetch(`${ready.http}/metrics`)
+    expect(metrics.status).toBe(200)
+    const text = await metrics.text()
+    expect(text).toMatch(/^libp2p_connection_manager_connections\{/m)
+    expect(text).toMatch(/^# TYPE ioa_tasks_served_total counter$/m)
+
+    const api = `${ready.http}/api/v1/node`
+    expect((await fetch(api)).status).toBe(401)
+    const login = await fetch(ready.login, { redirect: 'manual' })
+    expect(login.status).toBe(303)
+    const cookie = login.headers.get('set-cookie')!.split(';')[0]
+    const status = await fetch(api, { headers: { cookie } })
+    expect(status.status).toBe(200)
+    expect(await status.json()).toMatchObject({ peerId: ready.peerId, domain: 'metrics.example', agents: [{ did: ready.agents[0].did, skills: ['demo.idle'] }] })
+    const token = new URL(ready.login).searchParams.get('token')!
+    expect((await fetch(api, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
+  }, 60_000)
+
+  it('a node without --http or management has null for both', async () => {
+    const { ready } = await start([])
+    expect(ready.http).toBeNull()
+    expect(ready.login).toBeNull()
+  }, 60_000)
+
+  it('a bad --http exits 2 naming the flag; a port already taken exits 2 naming management.http', async () => {
+    const failing = async (http: string): Promise<{ code: number, error: any }> => {
+      const child = spawn(process.execPath, [BIN, 'start', '--json', '--http', http], { cwd: dir, env: { ...process.env, IOA_HOME: dir }, stdio: ['ignore', 'pipe', 'pipe'] })
+      let stderr = ''
+      child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+      const [code] = await once(child, 'exit') as [number]
+      return { code, error: JSON.parse(stderr.trim().split('\n').at(-1)!).error }
+    }
+    const bad = await failing('example.com:80')
+    expect(bad.code).toBe(2)
+    expect(bad.error).toMatchObject({ code: 'USAGE', field: '--http', message: expect.stringContaining('host:port') })
+    const taken = createServer()
+    await new Promise<void>(resolve => { taken.listen(0, '127.0.0.1', resolve) })
+    try {
+      const busy = await failing(`127.0.0.1:${(taken.address() as AddressInfo).port}`)
+      expect(busy.code).toBe(2)
+      expect(busy.error).toMatchObject({ code: 'INVALID_CONFIG', field: 'management.http', message: expect.stringContaining('EADDRINUSE') })
+    } finally {
+      taken.close()
+    }
+  }, 60_000)
+})

@@ -43,8 +43,13 @@ export class InvalidNodeSnapshotError extends withCode(ManagementError, 'INVALID
   static override name = 'InvalidNodeSnapshotError'
 }
 
+/** A subscriber of a topology's events fell more than `maxQueuedEvents` behind: its stream ends */
+export class TopologyOverflowError extends withCode(ManagementError, 'TOPOLOGY_OVERFLOW', 'Too many topology events not read') {
+  static override name = 'TopologyOverflowError'
+}
+
 const FAMILY = new ErrorFamily<ManagementError>(ManagementError).register(
-  NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError, TooManyWatchesError, InvalidNodeSnapshotError
+  NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError, TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError
 )
 
 /** An error received from a peer, as the class of its code (management's, then collab's and below) */

@@ -36,5 +36,10 @@ export type {
 } from './protocol/client.js'
 export {
   ManagementError, NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError,
-  TooManyWatchesError, InvalidNodeSnapshotError, fromRemote
+  TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError, fromRemote
 } from './errors.js'
+export { createTopology, TOPOLOGY_DEFAULTS } from './topology/topology.js'
+export type { Topology, TopologyInit } from './topology/topology.js'
+export type {
+  TopologyNode, TopologyLink, TopologyCapability, TopologyDomain, TopologySnapshot, TopologyEvent
+} from './topology/model.js'

@@ -43,3 +43,5 @@ export type { Topology, TopologyInit } from './topology/topology.js'
 export type {
   TopologyNode, TopologyLink, TopologyCapability, TopologyDomain, TopologySnapshot, TopologyEvent
 } from './topology/model.js'
+export { runDoctor, worstOf, DOCTOR_DEFAULTS } from './doctor/doctor.js'
+export type { DoctorInit, DoctorReport, DoctorCheck, Finding, Severity } from './doctor/doctor.js'

@@ -2,7 +2,8 @@
  * The slice of a running node the management plane reads (an `IoaNode` of
  * `@ioa/node` has all of it), and the snapshot content built from it.
  */
-import { SNAPSHOT_LIMITS, SNAPSHOT_VERSION } from './snapshot.js'
+import * as dagCbor from '@ipld/dag-cbor'
+import { SNAPSHOT_LIMITS, SNAPSHOT_SIG_PREFIX, SNAPSHOT_VERSION } from './snapshot.js'
 import type { SnapshotConnection, SnapshotPayload } from './snapshot.js'
 import type { ExecutorEvent, RevocationStore } from '@ioa/collab'
 import type { Did, Gateway, GatewayExportedEvent, Identity, Interconnect } from '@ioa/interconnect'
@@ -112,5 +113,19 @@ export function snapshotContent (node: ManagedNode, counts: TaskCounts, role: 'n
     }
   }
   if (truncated.value) content.truncated = true
+  return fit(content)
+}
+
+/** Room for `seq`, `time` (9 bytes each with their keys) and the prefix */
+const HEADROOM = 64 + SNAPSHOT_SIG_PREFIX.length
+
+/** Cut the longest list (connections, then agents) by half until the encoded snapshot fits `maxBytes` */
+function fit (content: Omit<SnapshotPayload, 'seq' | 'time'>): Omit<SnapshotPayload, 'seq' | 'time'> {
+  const max = SNAPSHOT_LIMITS.maxBytes - HEADROOM
+  while (dagCbor.encode(content).byteLength > max && (content.connections.length > 0 || content.agents.length > 0)) {
+    if (content.connections.length >= content.agents.length) content.connections = content.connections.slice(0, Math.floor(content.connections.length / 2))
+    else content.agents = content.agents.slice(0, Math.floor(content.agents.length / 2))
+    content.truncated = true
+  }
   return content
 }

@@ -6,6 +6,7 @@
  * agent hosted and a connection made; watches are bounded per peer.
  */
 import { delegate } from '@ioa/collab'
+import { defaultVerificationCache } from '@ioa/collab/wire'
 import { createIdentity } from '@ioa/interconnect'
 import {
   ManagementCredentials, createManagement, requestSnapshot, verifySnapshot, watchNode, MANAGEMENT_PROTOCOL
@@ -13,7 +14,7 @@ import {
 import { createIoaNode } from '@ioa/node'
 import { createTransportNode } from '@ioa/transport'
 import { multiaddr } from '@multiformats/multiaddr'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { expectErrorCode } from './util.js'
 import type { Identity } from '@ioa/interconnect'
 import type { ReceivedWatchItem } from '@ioa/management'
@@ -109,7 +110,12 @@ describe('management snapshot', () => {
     // a chain rooted at someone else than the operator
     const stranger = await createIdentity()
     const asStranger = await peerOf(stranger.privateKey)
-    await expectErrorCode(ask(asStranger, [await delegate(stranger, { audience: nodeDid, capabilities: [{ skill: 'ioa.manage.*' }], expiresAt: Date.now() + HOUR })]), 'NOT_OPERATOR')
+    // (refused before any signature is verified: a stranger costs the node no verification)
+    const strangerToken = await delegate(stranger, { audience: nodeDid, capabilities: [{ skill: 'ioa.manage.*' }], expiresAt: Date.now() + HOUR })
+    const verifications = vi.spyOn(defaultVerificationCache, 'verifySignature')
+    await expectErrorCode(ask(asStranger, [strangerToken]), 'NOT_OPERATOR')
+    expect(verifications).not.toHaveBeenCalled()
+    verifications.mockRestore()
     // the operator's own token, presented by another peer
     const operatorToken = await delegate(operator, { audience: nodeDid, capabilities: [{ skill: 'ioa.manage.*' }], expiresAt: Date.now() + HOUR })
     await expectErrorCode(ask(asStranger, [operatorToken]), 'PRINCIPAL_MISMATCH')

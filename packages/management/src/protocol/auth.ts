@@ -60,6 +60,10 @@ export async function authorize (proofs: Token[], options: AuthorizeOptions): Pr
   if (options.caller == null || leaf.payload.iss !== options.caller) {
     throw new PrincipalMismatchError(`The leaf token is issued by ${leaf.payload.iss}, not by the calling peer ${options.caller ?? '(not an Ed25519 peer)'}`)
   }
+  // a chain rooted at the operator holds a token the operator issued: without one, no signature is worth verifying
+  if (!proofs.some(t => t.payload.iss === options.operator)) {
+    throw new NotOperatorError(`No token of the chain is issued by the operator ${options.operator}`)
+  }
   const chain = await verifyChain(leaf, pool, {
     clockSkew: options.clockSkew,
     isRevoked: options.isRevoked,

@@ -5,7 +5,8 @@
  * (service.ts), a receiver verifies once per snapshot it is given.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { domainSeparated, isDid, publicKeyToDid, verifyByDid } from '@ioa/interconnect'
+import { defaultVerificationCache } from '@ioa/collab/wire'
+import { domainSeparated, isDid, publicKeyToDid } from '@ioa/interconnect'
 import { z } from 'zod'
 import { InvalidNodeSnapshotError } from '../errors.js'
 import type { Did, Identity } from '@ioa/interconnect'
@@ -182,7 +183,8 @@ export async function verifySnapshot (value: unknown, options: VerifySnapshotOpt
   }
   const bytes = snapshotSigningBytes(payload)
   if (bytes.byteLength > L.maxBytes) throw new InvalidNodeSnapshotError(`The snapshot is larger than ${L.maxBytes} bytes`)
-  if (!await verifyByDid(payload.node, bytes, v.sig)) {
+  // parsed keys (and their native key objects) are kept in the verification cache
+  if (!await defaultVerificationCache.verifySignature(payload.node, bytes, v.sig)) {
     throw new InvalidNodeSnapshotError(`The snapshot signature does not verify for ${payload.node}`)
   }
   return { payload, sig: new Uint8Array(v.sig) }

@@ -197,3 +197,23 @@ describe('management watch', () => {
     await c.return(undefined)
   })
 })
+
+describe('management watch and token lifetime', () => {
+  it('ends a watch with TOKEN_EXPIRED once the chain expires', async () => {
+    const strict = await createIoaNode({ transport: { transports: ['tcp'], allow: ['/ip4/127.0.0.1'] }, layers: [createManagement({ operator: operator.did, clockSkew: 0 })] })
+    try {
+      const id = await createIdentity()
+      const caller = await peerOf(id.privateKey)
+      const grant = await delegate(operator, { audience: id.did, capabilities: [{ skill: 'ioa.manage.watch' }], expiresAt: Date.now() + 1_500 })
+      const items: ReceivedWatchItem[] = []
+      const watch = watchNode(caller.services.messaging, multiaddr(strict.addresses()[0]), strict.nodeIdentity.did, new ManagementCredentials({ identity: id, proofs: [grant] }), { heartbeat: 100 })
+      const err = await expectErrorCode((async () => { for await (const i of watch) items.push(i) })(), 'TOKEN_EXPIRED')
+      expect(err.name).toBe('TokenExpiredError')
+      expect(items[0]?.type).toBe('snapshot')
+      expect(items.some(i => i.type === 'heartbeat')).toBe(true)
+      expect(Date.now()).toBeGreaterThanOrEqual(grant.payload.exp)
+    } finally {
+      await strict.stop()
+    }
+  })
+})

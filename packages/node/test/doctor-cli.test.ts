@@ -96,5 +96,5 @@ describe('ioa doctor', () => {
     const r = JSON.parse(refused.stdout) as DoctorReport
     expect(r.findings.find(f => f.check === 'snapshot')).toMatchObject({ severity: 'error', message: expect.stringContaining('NOT_OPERATOR') })
     expect(stranger.did).not.toBe(operator.did)
-  })
+  }, 180_000)
 })

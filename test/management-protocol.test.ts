@@ -204,9 +204,9 @@ describe('management watch and token lifetime', () => {
     try {
       const id = await createIdentity()
       const caller = await peerOf(id.privateKey)
-      const grant = await delegate(operator, { audience: id.did, capabilities: [{ skill: 'ioa.manage.watch' }], expiresAt: Date.now() + 1_500 })
+      const grant = await delegate(operator, { audience: id.did, capabilities: [{ skill: 'ioa.manage.watch' }], expiresAt: Date.now() + 5_000 })
       const items: ReceivedWatchItem[] = []
-      const watch = watchNode(caller.services.messaging, multiaddr(strict.addresses()[0]), strict.nodeIdentity.did, new ManagementCredentials({ identity: id, proofs: [grant] }), { heartbeat: 100 })
+      const watch = watchNode(caller.services.messaging, multiaddr(strict.addresses()[0]), strict.nodeIdentity.did, new ManagementCredentials({ identity: id, proofs: [grant] }), { heartbeat: 200 })
       const err = await expectErrorCode((async () => { for await (const i of watch) items.push(i) })(), 'TOKEN_EXPIRED')
       expect(err.name).toBe('TokenExpiredError')
       expect(items[0]?.type).toBe('snapshot')

@@ -30,7 +30,7 @@ export type {
 } from './protocol/snapshot.js'
 export { authorize, manageCapability, MAX_CHAIN_TOKENS } from './protocol/auth.js'
 export type { AuthorizeOptions } from './protocol/auth.js'
-export { ManagementCredentials, requestSnapshot, watchNode, DEFAULT_INVOCATION_TTL } from './protocol/client.js'
+export { ManagementCredentials, requestSnapshot, watchNode, DEFAULT_INVOCATION_TTL, WATCH_MARGIN } from './protocol/client.js'
 export type {
   ManagementCredentialsInit, ManagementCallOptions, ReceivedSnapshot, WatchOptions, ReceivedWatchItem
 } from './protocol/client.js'

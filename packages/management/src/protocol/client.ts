@@ -13,6 +13,9 @@ import type { Capability, Token } from '@ioa/collab'
 import type { Did, Identity } from '@ioa/interconnect'
 import type { MessageTarget, Messaging } from '@ioa/transport'
 
+/** Added to three heartbeats: how long a watcher waits for an item before it gives the watch up, in ms */
+export const WATCH_MARGIN = 10_000
+
 /** Lifetime of a leaf token issued to one node, in ms */
 export const DEFAULT_INVOCATION_TTL = 600_000
 
@@ -123,8 +126,8 @@ export async function * watchNode (messaging: Messaging, target: MessageTarget, 
   const heartbeat = options.heartbeat ?? 5_000
   const proofs = await credentials.chainFor(node)
   const payload = { proofs, ...(options.heartbeat != null ? { heartbeat } : {}) }
-  // an item is due at least every heartbeat: three missed ones end the watch
-  const timeout = options.timeout ?? heartbeat * 3 + 1_000
+  // an item is due at least every heartbeat: three missed ones (and a margin for a busy node) end the watch
+  const timeout = options.timeout ?? heartbeat * 3 + WATCH_MARGIN
   try {
     for await (const item of messaging.stream<WatchItem>(target, MANAGEMENT_PROTOCOL, 'watch', payload, { signal: options.signal, timeout })) {
       const receivedAt = Date.now()

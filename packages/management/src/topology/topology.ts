@@ -28,7 +28,8 @@ export interface TopologyInit {
   proofs?: Token[]
   /**
    * Heartbeat interval asked of each watched node, in ms (100 to 20_000): a
-   * node silent for three of them is gone
+   * node silent for three of them plus 10 s is gone (a node that stops
+   * closes its connections, and is gone at once)
    *
    * @default 5_000
    */

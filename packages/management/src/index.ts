@@ -13,7 +13,38 @@
  */
 
 /** The management protocol id (spec/management.md) */
-export const MANAGEMENT_PROTOCOL = '/ioa/manage/1.0.0'
+export { MANAGEMENT_PROTOCOL } from './protocol/service.js'
+
+// the management protocol, its snapshots and the management layer (issue 16, part 2)
+export { createManagement } from './layer.js'
+export type { ManagementLayer, ManagementLayerInit } from './layer.js'
+export { ManagementProtocol, MANAGEMENT_DEFAULTS } from './protocol/service.js'
+export type { ManagementProtocolInit, SnapshotResponse, WatchItem } from './protocol/service.js'
+export type { ManagedNode } from './protocol/managed-node.js'
+export {
+  signSnapshot, verifySnapshot, parseSnapshotPayload, snapshotSigningBytes, peerDid,
+  SNAPSHOT_VERSION, SNAPSHOT_SIG_PREFIX, SNAPSHOT_LIMITS
+} from './protocol/snapshot.js'
+export type {
+  SignedSnapshot, SnapshotPayload, SnapshotAgent, SnapshotConnection, SnapshotGateway, VerifySnapshotOptions
+} from './protocol/snapshot.js'
+export { authorize, manageCapability, MAX_CHAIN_TOKENS } from './protocol/auth.js'
+export type { AuthorizeOptions } from './protocol/auth.js'
+export { ManagementCredentials, requestSnapshot, watchNode, DEFAULT_INVOCATION_TTL, WATCH_MARGIN } from './protocol/client.js'
+export type {
+  ManagementCredentialsInit, ManagementCallOptions, ReceivedSnapshot, WatchOptions, ReceivedWatchItem
+} from './protocol/client.js'
+export {
+  ManagementError, NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError,
+  TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError, fromRemote
+} from './errors.js'
+export { createTopology, TOPOLOGY_DEFAULTS } from './topology/topology.js'
+export type { Topology, TopologyInit } from './topology/topology.js'
+export type {
+  TopologyNode, TopologyLink, TopologyCapability, TopologyDomain, TopologySnapshot, TopologyEvent
+} from './topology/model.js'
+export { runDoctor, worstOf, DOCTOR_DEFAULTS } from './doctor/doctor.js'
+export type { DoctorInit, DoctorReport, DoctorCheck, Finding, Severity } from './doctor/doctor.js'
 
 // metrics and the management HTTP server (spec/management.md 2)
 export { libp2pMetrics, metricsRegistry } from './metrics/registry.js'

@@ -15,6 +15,7 @@ import { TaskEvents } from './events.js'
 import { closeOwned, startGateway } from './gateway.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
+import { nodeIdentityOf } from './node-identity.js'
 import { attempt } from './logging.js'
 import { prepareManagement, startManagement } from './management.js'
 import type { KeyStoreInit, KeyStoreStatus } from './keystore.js'
@@ -24,9 +25,9 @@ import type {
   DelegateInit, DelegateOptions, ExecutorEvent, Orchestrator, OrchestratorInit, RelayEvent, RevocationService, SkillHandler, SubmitOptions, TaskEvent, TaskRequest,
   RevocationServiceInit, RevocationStoreInit, TaskService, TaskServiceInit, Token
 } from '@ioa/collab'
-import type { Did, Gateway, GatewayExportedEvent, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
+import type { Did, Identity, Gateway, GatewayExportedEvent, GatewayInit, DiscoveredAgent, DiscoverOptions, DiscoveryQuery, HostAgentInit, HostedAgent, InboxHandler, Interconnect, InterconnectInit } from '@ioa/interconnect'
 import type { MessagingInit, PrivateNetworkInit, TransportNode, TransportNodeInit } from '@ioa/transport'
-import type { AbortOptions, ComponentLogger, Logger } from '@libp2p/interface'
+import type { AbortOptions, ComponentLogger, Logger, PrivateKey } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
 export { initFromConfig } from './config-init.js'
@@ -252,6 +253,8 @@ export interface IoaNode {
   readonly revocations: RevocationService
   readonly revocationStore: RevocationStore
   readonly datastore: Datastore
+  /** The node key as an identity (`did:key` of the peer id's key): signs the node's own claims, e.g. its management snapshots */
+  readonly nodeIdentity: Identity
   /** The node's component logger (libp2p's): `logger.forComponent('ioa:node:<part>')` */
   readonly logger: ComponentLogger
   /** How the node's keys are kept at rest, what opening them cost and how many plaintext keys were migrated */
@@ -302,6 +305,7 @@ export { LayerError }
 class DefaultIoaNode implements IoaNode {
   readonly logger: ComponentLogger
   readonly events: TaskEvents
+  readonly nodeIdentity: Identity
   private readonly log: Logger
   private readonly layers: Layers
   private readonly orchestrators = new Set<Orchestrator>()
@@ -321,8 +325,10 @@ class DefaultIoaNode implements IoaNode {
     readonly datastore: Datastore,
     private readonly closeStore: () => Promise<void>,
     readonly keyStore: KeyStoreStatus,
-    events: TaskEvents
+    events: TaskEvents,
+    nodeKey?: PrivateKey
   ) {
+    this.nodeIdentity = nodeIdentityOf(transport, nodeKey)
     this.logger = transport.logger
     this.log = transport.logger.forComponent('ioa:node')
     this.events = events
@@ -483,7 +489,8 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     })
     const assignments = createAssignmentService({ logger: transport.logger, teams, tasks, interconnect }, init.assignments)
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
-    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events)
+    const nodeKey = nodeKeyOption(keys, init.transport?.privateKey).privateKey
+    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, nodeKey)
     const log = transport.logger.forComponent('ioa:node')
     try {
       // teams answer invitations from the start, and stored teams resume

@@ -9,7 +9,7 @@ import type { IoaNode } from './ioa-node.js'
 import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
-import type { ManagementServer } from '@ioa/management'
+import type { ManagedNode as ProtocolNode, ManagementLayer, ManagementServer } from '@ioa/management'
 import type { TransportNodeInit } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
 
@@ -45,6 +45,12 @@ export interface IoaManagementInit {
 export interface IoaManagement {
   /** The management HTTP server, when `management.http` is set */
   readonly http?: Pick<ManagementServer, 'url' | 'loginUrl' | 'token' | 'route'>
+  /**
+   * The management protocol `/ioa/manage/1.0.0` and, with `role: 'agent'`,
+   * the topology of the nodes it watches: served when `operator` or `role`
+   * is set
+   */
+  readonly plane?: Pick<ManagementLayer, 'protocol' | 'topology'>
 }
 
 type ManagementModule = typeof Management
@@ -85,10 +91,16 @@ export interface StartedManagement extends IoaManagement {
 }
 
 /** Count the node's work and start the HTTP server; throws `InvalidHttpAddressError` or `HttpListenError` */
-export async function startManagement (p: PreparedManagement, node: ManagedNode, init: IoaManagementInit, log: Logger): Promise<StartedManagement> {
+export async function startManagement (p: PreparedManagement, node: ManagedNode & ProtocolNode, init: IoaManagementInit, log: Logger): Promise<StartedManagement> {
   const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner, teams: node.teams }, { registry: p.registry, log })
   let server: ManagementServer | undefined
+  let plane: ManagementLayer | undefined
   try {
+    if (init.operator != null || init.role === 'agent') {
+      plane = p.module.createManagement({ operator: init.operator, role: init.role ?? 'node' })
+      await plane.start(node)
+      log('management protocol served (role %s)', init.role ?? 'node')
+    }
     if (init.http != null) {
       server = await p.module.startManagementServer({ listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
       server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
@@ -96,14 +108,18 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode,
     }
   } catch (err) {
     metrics.detach()
+    await plane?.stop().catch((e: unknown) => { log.error('could not stop the management protocol after a failed start: %e', e) })
     throw err
   }
   const s = server
+  const pl = plane
   return {
     ...(s != null ? { http: { url: s.url, loginUrl: s.loginUrl, token: s.token, route: s.route.bind(s) } } : {}),
+    ...(pl != null ? { plane: pl } : {}),
     orchestrator: (o) => { metrics.orchestrator(o) },
     stop: async () => {
       metrics.detach()
+      await pl?.stop()
       await s?.close()
     }
   }

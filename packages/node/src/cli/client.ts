@@ -124,7 +124,7 @@ async function joinNetwork (node: IoaNode, init: ClientInit): Promise<string[]> 
 }
 
 /** Entries of the node's DHT routing table */
-function routingTableSize (node: IoaNode): number {
+export function routingTableSize (node: IoaNode): number {
   // `routingTable` is on kad-dht's implementation, not on the KadDHT interface
   const size = (node.transport.services.dht as unknown as { routingTable?: { size?: unknown } }).routingTable?.size
   return typeof size === 'number' ? size : node.transport.getPeers().length

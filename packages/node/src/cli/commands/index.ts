@@ -5,6 +5,7 @@ import { agentsCommand } from './agents.js'
 import { cardCommand } from './card.js'
 import { delegateCommand } from './delegate.js'
 import { discoverCommand } from './discover.js'
+import { doctorCommand } from './doctor.js'
 import { keyNewCommand, keyShowCommand } from './key.js'
 import { keyListCommand, keyPassphraseCommand } from './key-store.js'
 import { revokeCommand } from './revoke.js'
@@ -27,5 +28,6 @@ export const COMMANDS: readonly CommandSpec[] = [
   revokeCommand,
   submitCommand,
   taskCommand,
-  teamWatchCommand
+  teamWatchCommand,
+  doctorCommand
 ]

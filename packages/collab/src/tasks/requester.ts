@@ -71,8 +71,9 @@ export class TaskRequester implements LeaseWatchHost {
   }
 
   /**
-   * The version to speak to `peer`: what it announced (identify), else 2.0.0
-   * first (a refusal with PROTOCOL_NOT_SUPPORTED falls back to 1.0.0, below)
+   * The version to speak to `peer`: 2.0.0 when it announced it (identify),
+   * 1.0.0 when it announced only that, else 2.0.0 first (a refusal with
+   * PROTOCOL_NOT_SUPPORTED falls back to 1.0.0, below, and is remembered)
    */
   private async versionOf (peer: string): Promise<1 | 2> {
     const known = this.versions.peek(peer)
@@ -84,10 +85,13 @@ export class TaskRequester implements LeaseWatchHost {
       // unknown: try 2.0.0 (the fallback below finds out)
       this.log.trace('no protocols of %s known: %e', peer, err)
     }
-    if (protocols == null || protocols.length === 0) return 2
-    const version = protocols.includes(TASK_PROTOCOL_V2) ? 2 : 1
-    this.versions.set(peer, version)
-    return version
+    if (protocols?.includes(TASK_PROTOCOL_V2) === true) {
+      this.versions.set(peer, 2)
+      return 2
+    }
+    // a peer that announced 1.0.0 only (looked up again next time: it may
+    // have announced before it served 2.0.0); anything else: try 2.0.0
+    return protocols?.includes(TASK_PROTOCOL) === true ? 1 : 2
   }
 
   /** Run `call` on 2.0.0 when `peer` may serve it, else (or when it turns out not to) on 1.0.0 */

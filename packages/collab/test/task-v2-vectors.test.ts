@@ -9,7 +9,7 @@ import { decodeFrame, encodeFramePrefixed, FrameType } from '@ioa/transport'
 import * as varint from 'uint8-varint'
 import { describe, expect, it } from 'vitest'
 import { errorOf, fromHex, readSpecBlock, toHex } from '../../../test/util.js'
-import { applyDelta, checkSubmitV2, checkTrace, diffSnapshots, parseDelta } from '../src/tasks/wire-v2.js'
+import { applyDelta, checkSubmitV2, checkTrace, diffSnapshots, parseDelta, readTrace } from '../src/tasks/wire-v2.js'
 import type { DeltaEvent } from '../src/tasks/wire-v2.js'
 import type { TaskSnapshot } from '../src/tasks/model.js'
 
@@ -23,7 +23,12 @@ interface V2 {
   submit: { trace: Record<string, string>, request: string, frame: string }
   deltas: Array<{ name: string, base?: string, delta: DeltaEvent, frame: string }>
   nonCanonical: { name: string, frame: string, refused: { code: string, message: string, frame: string } }
-  traces: { valid: unknown[], invalid: Array<{ name: string, trace: unknown, error: string }> }
+  traces: {
+    valid: unknown[]
+    ignored: Array<{ name: string, trace: unknown }>
+    dropped: Array<{ name: string, trace: unknown, read: unknown }>
+    invalid: Array<{ name: string, trace: unknown, error: string }>
+  }
 }
 
 const v1 = readSpecBlock<V1>('collab-tasks.md', 'vectors')
@@ -84,10 +89,19 @@ describe('task protocol 2.0.0 vectors (spec/collab-tasks.md 13.1)', () => {
     expect(toHex(encodeFramePrefixed({ type: FrameType.ERROR, id: 1, code, message }))).toBe(v2.nonCanonical.refused.frame)
   })
 
-  it('valid and invalid trace fields', () => {
-    for (const t of v2.traces.valid) expect(checkTrace(t)).toEqual(t)
+  it('trace fields: valid, ignored (not a W3C traceparent), with a tracestate dropped, and refused', () => {
+    for (const t of v2.traces.valid) {
+      expect(readTrace(t)).toEqual(t)
+      expect(checkTrace(t)).toEqual(t)
+    }
+    for (const { name, trace } of v2.traces.ignored) {
+      expect(readTrace(trace), name).toBeUndefined()
+      // a caller's own trace is checked strictly
+      expect(errorOf(() => checkTrace(trace)), name).toMatchObject({ code: 'INVALID_TRACE' })
+    }
+    for (const { name, trace, read } of v2.traces.dropped) expect(readTrace(trace), name).toEqual(read)
     for (const { name, trace, error } of v2.traces.invalid) {
-      expect(errorOf(() => checkTrace(trace)), name).toMatchObject({ name: 'InvalidTraceError', code: error })
+      expect(errorOf(() => readTrace(trace)), name).toMatchObject({ name: 'InvalidTraceError', code: error })
     }
   })
 })

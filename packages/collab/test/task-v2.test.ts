@@ -147,7 +147,7 @@ describe('task protocol 2.0.0 over TCP', () => {
     expect(await tsV1.get(worker.did, v1.id)).toEqual(v1)
   })
 
-  it('passes the trace to the handler and the executor\'s events; refuses a malformed one (INVALID_TRACE) and any trace on 1.0.0', async () => {
+  it('passes the trace to the handler and the executor\'s events; refuses a field out of shape (INVALID_TRACE), ignores an invalid traceparent, refuses any trace on 1.0.0', async () => {
     const done = await tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.fast', input: { n: 8 }, proofs: [token] }, { trace: TRACE })
     expect(traces.at(-1)).toEqual(TRACE)
     expect(executed.filter(e => e.type !== 'task-refused' && e.taskId === done.id).map(e => [e.type, (e as { trace?: unknown }).trace])).toEqual([
@@ -159,14 +159,22 @@ describe('task protocol 2.0.0 over TCP', () => {
     const local = await rejectionOf(tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.fast', input: null, proofs: [token] }, { trace: { traceparent: 'nope' } }))
     expect(local).toMatchObject({ name: 'InvalidTraceError', code: 'INVALID_TRACE' })
     const messaging = requester.services.messaging
+    // a field out of shape or bounds is refused
     for (const trace of [
-      { traceparent: '00-00000000000000000000000000000000-00f067aa0ba902b7-01' },
       { traceparent: TRACE.traceparent, tracestate: 'x'.repeat(513) },
-      { traceparent: TRACE.traceparent, extra: 1 }
+      { traceparent: TRACE.traceparent, extra: 1 },
+      { traceparent: 'x'.repeat(257) },
+      'not a map'
     ]) {
       const err = await rejectionOf(collect(messaging.stream(executor.peerId, TASK_PROTOCOL_V2, 'submit', await request('test.fast', 1, { trace }), { timeout: 10_000 })))
       expect(err).toMatchObject({ code: 'INVALID_TRACE' })
     }
+    // a traceparent that is not a W3C one is ignored (W3C trace context): the task runs without a trace
+    const seen = traces.length
+    const ran = await collect(messaging.stream<Record<string, any>>(executor.peerId, TASK_PROTOCOL_V2, 'submit', await request('test.fast', 2, { trace: { traceparent: '00-00000000000000000000000000000000-00f067aa0ba902b7-01' } }), { timeout: 10_000 }))
+    expect(ran.at(-1)).toMatchObject({ type: 'status', task: { state: 'completed', result: 2 } })
+    expect(traces.length).toBe(seen + 1)
+    expect(traces.at(-1)).toBeUndefined()
     const v1 = await rejectionOf(collect(messaging.stream(executor.peerId, TASK_PROTOCOL, 'submit', await request('test.fast', 1, { trace: TRACE }), { timeout: 10_000 })))
     expect(v1).toMatchObject({ code: 'INVALID_ENVELOPE' })
   })

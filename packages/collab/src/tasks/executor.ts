@@ -396,7 +396,8 @@ export class TaskExecutor {
    */
   private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string, version: 1 | 2 = 1): Promise<Live | TaskRecord> {
     // (version 1 refuses a `trace` field as unknown; version 2 checks it)
-    const { checked, rawBody, trace }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext } = version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
+    const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } = version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
+    if (ignored === true) this.log('ignored the trace of task %s from %s: not a W3C traceparent', checked.envelope.payload.task, peer)
     const envelope: Envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload

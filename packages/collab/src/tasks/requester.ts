@@ -171,7 +171,7 @@ export class TaskRequester implements LeaseWatchHost {
       return { s, first: await s.next(), v2: protocol === TASK_PROTOCOL_V2 }
     })
     if (opened.v2) {
-      yield * decodeV2Stream(opened.s, opened.first)
+      yield * decodeV2Stream(opened.s, opened.first, method === 'submit')
       return
     }
     try {

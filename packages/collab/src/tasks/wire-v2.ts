@@ -15,6 +15,9 @@ import type { Did } from '@ioa/interconnect'
 /** The task protocol's version 2 (version 1 is `TASK_PROTOCOL`, still served) */
 export const TASK_PROTOCOL_V2 = '/ioa/task/2.0.0'
 
+/** Longest `traceparent` accepted (version `00` has 55 characters; later versions may add fields) */
+export const MAX_TRACEPARENT = 256
+
 /** Longest `tracestate` accepted (W3C trace context: 32 members of at most 256 characters, bounded here) */
 export const MAX_TRACESTATE = 512
 
@@ -25,37 +28,59 @@ export interface TraceContext {
   readonly tracestate?: string
 }
 
-const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/
-const TRACESTATE = /^[\x20-\x7e]*$/
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/
+const TRACESTATE = /^[\x20-\x7e]+$/
 
-/** Check a `trace` field (spec 14.4); `InvalidTraceError` when it is not a valid trace context */
-export function checkTrace (raw: unknown): TraceContext {
+/** Whether `v` is a traceparent of the W3C form (spec 14.4): version 00 exactly, a later one with optional fields after */
+function isTraceparent (v: string): boolean {
+  const m = TRACEPARENT.exec(v)
+  if (m == null || m[1] === 'ff' || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) return false
+  return m[1] === '00' ? m[4] === undefined : (m[4] === undefined || m[4].startsWith('-'))
+}
+
+/**
+ * Read a `trace` field (spec 14.4): `InvalidTraceError` when it breaks the
+ * field's shape or bounds (not a map, other keys, not text, too long);
+ * `undefined` when it keeps them but its `traceparent` is not a valid W3C
+ * traceparent (the trace is ignored, as W3C trace context says); a
+ * `tracestate` that is not printable ASCII is dropped
+ */
+export function readTrace (raw: unknown): TraceContext | undefined {
   if (!isMap(raw)) throw new InvalidTraceError('trace must be a map { traceparent, tracestate? }')
   const { traceparent, tracestate, ...rest } = raw
   if (Object.keys(rest).length > 0) throw new InvalidTraceError(`Unknown trace fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
-  const m = typeof traceparent === 'string' ? TRACEPARENT.exec(traceparent) : null
-  if (m == null || m[1] === 'ff' || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) {
-    throw new InvalidTraceError('traceparent must be a W3C traceparent (version 00-fe, non-zero trace and parent ids, lower-case hex)')
+  if (typeof traceparent !== 'string' || traceparent.length === 0 || traceparent.length > MAX_TRACEPARENT) {
+    throw new InvalidTraceError(`traceparent must be text of 1-${MAX_TRACEPARENT} characters`)
   }
-  if (tracestate === undefined) return { traceparent: traceparent as string }
-  if (typeof tracestate !== 'string' || tracestate.length === 0 || tracestate.length > MAX_TRACESTATE || !TRACESTATE.test(tracestate)) {
-    throw new InvalidTraceError(`tracestate must be 1-${MAX_TRACESTATE} printable ASCII characters`)
+  if (tracestate !== undefined && (typeof tracestate !== 'string' || tracestate.length > MAX_TRACESTATE)) {
+    throw new InvalidTraceError(`tracestate must be text of at most ${MAX_TRACESTATE} characters`)
   }
-  return { traceparent: traceparent as string, tracestate }
+  if (!isTraceparent(traceparent)) return undefined
+  return typeof tracestate === 'string' && TRACESTATE.test(tracestate) ? { traceparent, tracestate } : { traceparent }
 }
 
-/** A 2.0.0 `submit` request `{ envelope, body, trace? }`: as version 1's, plus the checked trace */
-export function checkSubmitV2 (payload: unknown): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext } {
+/** A trace a caller gives (submit options): as `readTrace`, and `InvalidTraceError` for anything it would ignore or drop */
+export function checkTrace (raw: unknown): TraceContext {
+  const trace = readTrace(raw)
+  if (trace == null) throw new InvalidTraceError('traceparent must be a W3C traceparent (version 00-fe, non-zero trace and parent ids, lower-case hex)')
+  if (isMap(raw) && raw.tracestate !== undefined && trace.tracestate === undefined) throw new InvalidTraceError('tracestate must be 1-512 printable ASCII characters')
+  return trace
+}
+
+/** A 2.0.0 `submit` request `{ envelope, body, trace? }`: as version 1's, plus its trace (`ignored`: there was one, not valid) */
+export function checkSubmitV2 (payload: unknown): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } {
   if (!isMap(payload) || !('trace' in payload)) return checkSubmit(payload)
   const { trace, ...rest } = payload
-  return { ...checkSubmit(rest), trace: checkTrace(trace) }
+  const read = readTrace(trace)
+  return { ...checkSubmit(rest), ...(read != null ? { trace: read } : { ignored: true }) }
 }
 
 /** A 2.0.0 `resubscribe` request `{ agent, task, trace? }` */
 export function parseResubscribeV2 (raw: unknown): { agent: Did, task: string, trace?: TraceContext } {
   if (!isMap(raw) || !('trace' in raw)) return parseTaskRef(raw)
   const { trace, ...rest } = raw
-  return { ...parseTaskRef(rest), trace: checkTrace(trace) }
+  const read = readTrace(trace)
+  return { ...parseTaskRef(rest), ...(read != null ? { trace: read } : {}) }
 }
 
 /** The request without its `trace` field (what a gateway forwards unless it keeps traces, and what a 1.0.0 peer gets) */

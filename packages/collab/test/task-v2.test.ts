@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collect, delay, fromHex, rejectionOf, toHex, until } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
 import { createEnvelope } from '../src/auth/envelope.js'
+import { approvalPolicy, createApproval } from '../src/auth/policy.js'
 import { TASK_PROTOCOL, TASK_PROTOCOL_V2, createTaskService, taskService } from '../src/tasks/service.js'
 import { resolvable, startTaskPair } from './task-pair.js'
 import type { Token } from '../src/auth/delegation.js'
@@ -69,6 +70,7 @@ describe('task protocol 2.0.0 over TCP', () => {
   let tsV1: TaskService
   const traces: Array<TraceContext | undefined> = []
   const executed: ExecutorEvent[] = []
+  let runs = 0
 
   beforeAll(async () => {
     ;({ executor, requester, icE, icR } = await startTaskPair(closers))
@@ -86,6 +88,12 @@ describe('task protocol 2.0.0 over TCP', () => {
     })
     closers.push(async () => tsE.stop(), async () => tsR.stop(), async () => tsV1.stop())
     await serveSkills(tsE, worker, traces)
+    await tsE.serve(worker.did, 'test.approve', () => 'approved', { policy: approvalPolicy(() => true, 'always asks') })
+    await tsE.serve(worker.did, 'test.budget', (_input, ctx) => {
+      ctx.spend(5)
+      return 'spent'
+    })
+    await tsE.serve(worker.did, 'test.once', () => ++runs)
     await resolvable(icR, worker.did)
   })
 
@@ -127,6 +135,32 @@ describe('task protocol 2.0.0 over TCP', () => {
     const one = await collect(messaging.stream<Record<string, any>>(executor.peerId, TASK_PROTOCOL_V2, 'submit', await request('test.fast', { n: 4 }), { timeout: 10_000 }))
     expect(one).toHaveLength(1)
     expect(one[0]).toMatchObject({ type: 'status', task: { state: 'completed', result: { n: 4 } } })
+  })
+
+  it('inside the hold-back: an approval is asked at once, a budget fails the task, an idempotent repeat follows the first task', async () => {
+    // auth-required is sent without waiting: the requester must act
+    const stream = tsR.submit(caller.identity, worker.did, { skill: 'test.approve', input: null, proofs: [token] })
+    const first = (await stream.next()).value as Extract<TaskEvent, { type: 'status' }>
+    expect(first).toMatchObject({ type: 'status', task: { state: 'auth-required', auth: { root: caller.did, reason: 'always asks' } } })
+    await tsR.approve(worker.did, first.task.id, await createApproval(caller.identity, { task: first.task.id, action: first.task.auth?.action ?? '' }))
+    const rest = await collect(stream)
+    expect(statuses(rest)).toEqual(['working', 'completed'])
+    expect(final(rest)).toMatchObject({ state: 'completed', result: 'approved' })
+    expect(final(rest).auth).toBeUndefined()
+    expect(await tsR.get(worker.did, first.task.id)).toEqual(final(rest))
+
+    // over budget: one event, the failed task
+    const over = await collect(tsR.submit(caller.identity, worker.did, { skill: 'test.budget', input: null, proofs: [token], budget: 3 }))
+    expect(over.map(e => e.type)).toEqual(['status'])
+    expect(final(over)).toMatchObject({ state: 'failed', error: { code: 'BUDGET_EXCEEDED' } })
+
+    // the same key twice: the handler runs once, both follow that task
+    const before = runs
+    const a = await tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.once', input: null, proofs: [token], idempotencyKey: 'v2-once', taskId: 'v2-once-a' })
+    const b = await tsR.submitAndWait(caller.identity, worker.did, { skill: 'test.once', input: null, proofs: [token], idempotencyKey: 'v2-once', taskId: 'v2-once-b' })
+    expect(runs).toBe(before + 1)
+    expect(b).toEqual(a)
+    expect(a.id).toBe('v2-once-a')
   })
 
   it('streams a long task\'s progress and heartbeats on 2.0.0', async () => {

@@ -6,10 +6,10 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { decodeFrame, encodeFramePrefixed, FrameType } from '@ioa/transport'
-import * as varint from 'uint8-varint'
 import { describe, expect, it } from 'vitest'
 import { errorOf, fromHex, readSpecBlock, toHex } from '../../../test/util.js'
 import { applyDelta, checkSubmitV2, checkTrace, diffSnapshots, parseDelta, readTrace } from '../src/tasks/wire-v2.js'
+import { frameBody } from './task-pair.js'
 import type { DeltaEvent } from '../src/tasks/wire-v2.js'
 import type { TaskSnapshot } from '../src/tasks/model.js'
 
@@ -36,8 +36,7 @@ const v2 = readSpecBlock<V2>('collab-tasks.md', 'vectors-v2')
 
 /** The body of a length-prefixed frame */
 function unprefixed (hex: string): Uint8Array {
-  const bytes = fromHex(hex)
-  return bytes.subarray(varint.encodingLength(varint.decode(bytes)))
+  return frameBody(fromHex(hex))
 }
 
 const snapshot = (name: string): TaskSnapshot => {

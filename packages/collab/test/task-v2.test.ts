@@ -8,14 +8,13 @@
  */
 import { FrameType, decodeFrame, encodeFramePrefixed } from '@ioa/transport'
 import { lpStream } from '@libp2p/utils'
-import * as varint from 'uint8-varint'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collect, delay, fromHex, rejectionOf, toHex, until } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
 import { createEnvelope } from '../src/auth/envelope.js'
 import { approvalPolicy, createApproval } from '../src/auth/policy.js'
 import { TASK_PROTOCOL, TASK_PROTOCOL_V2, createTaskService, taskService } from '../src/tasks/service.js'
-import { resolvable, startTaskPair } from './task-pair.js'
+import { frameBody, prefixed, resolvable, startTaskPair } from './task-pair.js'
 import type { Token } from '../src/auth/delegation.js'
 import type { ExecutorEvent } from '../src/tasks/api.js'
 import type { TaskEvent, TaskService, TraceContext } from '../src/tasks/service.js'
@@ -217,12 +216,11 @@ describe('task protocol 2.0.0 over TCP', () => {
     /** The STREAM_REQUEST of a submit whose input's `amount` 240 is written as the float 240.0 */
     const frame = async (): Promise<Uint8Array> => {
       const bytes = encodeFramePrefixed({ type: FrameType.STREAM_REQUEST, id: 1, method: 'submit', payload: await request('test.fast', { amount: 240 }), timeout: 10_000, credit: 16 })
-      const length = varint.decode(bytes)
-      const body = toHex(bytes.subarray(varint.encodingLength(length)))
+      const body = toHex(frameBody(bytes))
       const int = '66616d6f756e7418f0' // "amount" 240
       expect(body.split(int)).toHaveLength(2)
       const edited = fromHex(body.replace(int, '66616d6f756e74fb406e000000000000'))
-      return new Uint8Array([...varint.encode(edited.length), ...edited])
+      return prefixed(edited)
     }
     const answer = async (protocol: string): Promise<unknown> => {
       const stream = await requester.dialProtocol(executor.peerId, protocol)

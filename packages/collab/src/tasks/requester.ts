@@ -27,6 +27,9 @@ import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
 
+/** How long a peer found to speak 1.0.0 only is spoken to without looking again (it may be upgraded) */
+const V1_RECHECK = 30_000
+
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
 
@@ -52,7 +55,7 @@ export class TaskRequester implements LeaseWatchHost {
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
   private readonly peerIds: BoundedMap<string, PeerId>
   /** The task protocol version each peer is spoken to with (from identify, or learned from a refusal of 2.0.0) */
-  private readonly versions: BoundedMap<string, 1 | 2>
+  private readonly versions: BoundedMap<string, { version: 1 | 2, until: number }>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
@@ -73,11 +76,12 @@ export class TaskRequester implements LeaseWatchHost {
   /**
    * The version to speak to `peer`: 2.0.0 when it announced it (identify),
    * 1.0.0 when it announced only that, else 2.0.0 first (a refusal with
-   * PROTOCOL_NOT_SUPPORTED falls back to 1.0.0, below, and is remembered)
+   * PROTOCOL_NOT_SUPPORTED falls back to 1.0.0, below); a 1.0.0 peer is
+   * looked at again after `V1_RECHECK` ms
    */
   private async versionOf (peer: string): Promise<1 | 2> {
     const known = this.versions.peek(peer)
-    if (known != null) return known
+    if (known != null && known.until > Date.now()) return known.version
     let protocols: readonly string[] | undefined
     try {
       protocols = await this.components.protocolsOf?.(this.peerId(peer))
@@ -86,12 +90,14 @@ export class TaskRequester implements LeaseWatchHost {
       this.log.trace('no protocols of %s known: %e', peer, err)
     }
     if (protocols?.includes(TASK_PROTOCOL_V2) === true) {
-      this.versions.set(peer, 2)
+      this.versions.set(peer, { version: 2, until: Infinity })
       return 2
     }
-    // a peer that announced 1.0.0 only (looked up again next time: it may
-    // have announced before it served 2.0.0); anything else: try 2.0.0
-    return protocols?.includes(TASK_PROTOCOL) === true ? 1 : 2
+    // a peer that announced 1.0.0 only (looked up again after a while: it
+    // may have announced before it served 2.0.0); anything else: try 2.0.0
+    if (protocols?.includes(TASK_PROTOCOL) !== true) return 2
+    this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+    return 1
   }
 
   /** Run `call` on 2.0.0 when `peer` may serve it, else (or when it turns out not to) on 1.0.0 */
@@ -102,7 +108,7 @@ export class TaskRequester implements LeaseWatchHost {
       } catch (err: any) {
         if (err?.code !== 'PROTOCOL_NOT_SUPPORTED') throw err
         this.log('%s does not serve %s: using %s', peer, TASK_PROTOCOL_V2, TASK_PROTOCOL)
-        this.versions.set(peer, 1)
+        this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
       }
     }
     return await call(TASK_PROTOCOL)

@@ -92,14 +92,17 @@ function libp2pPath (serve, wrap) {
 
 /**
  * The `task-envelope` path with the stack `load()` gives (`createIoaNode`,
- * `createIdentity`, `delegate`): this checkout's, or IOA_BENCH_BEFORE's
+ * `createIdentity`, `delegate`): this checkout's, or IOA_BENCH_BEFORE's.
+ * With `v1Only` the executor serves `/ioa/task/1.0.0` only (the requester
+ * falls back to it): the wire of version 1 with this checkout's code.
  */
-export function taskEnvelopePath (load) {
+export function taskEnvelopePath (load, { v1Only = false } = {}) {
   return {
     async serve () {
       const { createIoaNode } = await load()
       const node = await createIoaNode({ listen: LISTEN, transport: { transports: ['tcp'] } })
       const agent = await node.host({ key: 'bench-task', name: 'Bench task echo', skills: [{ id: SKILL }], handlers: { [SKILL]: (input) => input } })
+      if (v1Only) await node.transport.services.messaging.unhandle('/ioa/task/2.0.0')
       // its card reaches the DHT once the client's node has joined (a
       // network of one has nobody to store it): the client waits to resolve it
       return { address: { addr: node.addresses()[0], agent: agent.did }, close: () => node.stop() }
@@ -127,6 +130,13 @@ export function taskEnvelopePath (load) {
     }
   }
 }
+
+/** This checkout's stack */
+const loadHere = async () => ({
+  ...await import('@ioa/node'),
+  ...await import('@ioa/interconnect'),
+  ...await import('@ioa/collab')
+})
 
 export const paths = {
   net: {
@@ -166,11 +176,10 @@ export const paths = {
   // the same submit as `task-envelope` with the session binding instead of a
   // signature per request.
 
-  'task-envelope': taskEnvelopePath(async () => ({
-    ...await import('@ioa/node'),
-    ...await import('@ioa/interconnect'),
-    ...await import('@ioa/collab')
-  })),
+  'task-envelope': taskEnvelopePath(loadHere),
+
+  // the same, on the wire of /ioa/task/1.0.0 (every state streamed, full snapshots, END read in the background)
+  'task-v1': taskEnvelopePath(loadHere, { v1Only: true }),
 
   a2a: {
     async serve () {

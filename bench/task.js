@@ -3,7 +3,8 @@
 // call, each path between a server and a client OS process of its own on
 // 127.0.0.1 (bench/cross-process.js; the paths are in bench/task-paths.js):
 //
-//   task-envelope  IoaNode.submit, signed envelope + delegation, until completed
+//   task-envelope  IoaNode.submit, signed envelope + delegation, until completed (/ioa/task/2.0.0)
+//   task-v1        the same with an executor of /ioa/task/1.0.0 only (the version 1 wire, in the same run)
 //   libp2p         the baseline: the cheaper of libp2p-lp and libp2p-events
 //   libp2p-lp      a long-lived libp2p stream, lpStream framing
 //   libp2p-events  the same stream read through its 'message' events
@@ -29,7 +30,7 @@ import { row } from './measure.js'
 
 const PATHS_MODULE = new URL('./task-paths.js', import.meta.url).href
 /** Paths measured, in this order (`--path` picks some; `libp2p` is both libp2p variants) */
-const PATHS = ['task-envelope', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
+const PATHS = ['task-envelope', 'task-v1', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
 const LIBP2P_VARIANTS = ['libp2p-lp', 'libp2p-events']
 /** Concurrent callers of the throughput rows */
 const DEPTH = 16
@@ -90,7 +91,7 @@ function toRows (m) {
     }
     byPath.set('libp2p', best)
   }
-  const order = ['task', 'task-envelope', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task-envelope'))]
+  const order = ['task', 'task-envelope', 'task-v1', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task-'))]
   const rows = []
   for (const path of order.filter(p => byPath.has(p))) {
     const values = byPath.get(path)

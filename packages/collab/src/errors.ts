@@ -110,12 +110,29 @@ export class ResultNotEncodableError extends withCode(CollabError, 'RESULT_NOT_E
   static override name = 'ResultNotEncodableError'
 }
 
+/**
+ * Task protocol 2.0.0: the request's `trace` field is not a valid trace
+ * context (spec/collab-tasks.md 14.4)
+ */
+export class InvalidTraceError extends withCode(CollabError, 'INVALID_TRACE', 'Invalid trace context') {
+  static override name = 'InvalidTraceError'
+}
+
+/**
+ * Task protocol 2.0.0: the request's payload is not the canonical DAG-CBOR
+ * encoding of what it decodes to (spec/collab-tasks.md 14.5)
+ */
+export class NonCanonicalError extends withCode(CollabError, 'NON_CANONICAL', 'Request is not canonical DAG-CBOR') {
+  static override name = 'NonCanonicalError'
+}
+
 /** The classes whose codes `fromRemote` turns back into them */
 const FAMILY = new ErrorFamily<CollabError>(CollabError).register(
   InvalidTokenError, TokenExpiredError, TokenNotYetValidError, EscalationError, PrincipalMismatchError, ChainTooDeepError,
   RevokedError, InvalidSignatureError, InvalidEnvelopeError, ReplayError, EnvelopeExpiredError, UnauthorizedError,
   PolicyDeniedError, ApprovalRequiredError, DeadlineExceededError, BudgetExceededError, UnknownTaskError, InvalidPlanError,
-  PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError, ResultNotEncodableError
+  PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError, ResultNotEncodableError,
+  InvalidTraceError, NonCanonicalError
 )
 
 /**

@@ -11,7 +11,7 @@ import { defaultLogger } from '@libp2p/logger'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { afterEach, describe, expect, it } from 'vitest'
 import { delegate } from '../src/auth/delegation.js'
-import { TASK_PROTOCOL, taskService } from '../src/tasks/service.js'
+import { TASK_PROTOCOL, TASK_PROTOCOL_V2, taskService } from '../src/tasks/service.js'
 import type { TaskService, TaskServiceComponents } from '../src/tasks/api.js'
 import type { HostedAgent, Outcome } from '@ioa/interconnect'
 
@@ -59,7 +59,7 @@ describe('task service on stubbed components', () => {
       ctx.progress('echoing')
       return { echo: input, caller: ctx.caller }
     })
-    expect(messaging.registered.sort()).toEqual(['approve', 'cancel', 'get', 'resubscribe', 'submit'].map(m => `${TASK_PROTOCOL} ${m}`))
+    expect(messaging.registered.sort()).toEqual([TASK_PROTOCOL, TASK_PROTOCOL_V2].flatMap(p => ['approve', 'cancel', 'get', 'resubscribe', 'submit'].map(m => `${p} ${m}`)))
 
     const token = await delegate(root, { audience: alice.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 60_000 })
     const task = await service.submitAndWait(alice.did, bob.did, { skill: 'test.echo', input: { x: 1 }, proofs: [token] })
@@ -72,7 +72,7 @@ describe('task service on stubbed components', () => {
     expect(observed).toEqual([{ ok: true }])
 
     await service.stop()
-    expect(messaging.unregistered).toEqual([TASK_PROTOCOL])
+    expect(messaging.unregistered).toEqual([TASK_PROTOCOL, TASK_PROTOCOL_V2])
     service = undefined
   })
 })

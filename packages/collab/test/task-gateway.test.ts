@@ -55,10 +55,13 @@ describe('tasks through a gateway (TCP)', () => {
   let travellerToken: Token
   let partnerToken: Token
   const seen: Array<{ skill: string, caller: string, root: string, depth: number, task: string }> = []
+  /** the trace context each task's handler saw */
+  const traces = new Map<string, unknown>()
   const holds: AbortSignal[] = []
 
   const record = (skill: string, ctx: SkillContext): void => {
     seen.push({ skill, caller: ctx.caller, root: ctx.chain.root, depth: ctx.chain.path.length, task: ctx.task.id })
+    traces.set(ctx.task.id, ctx.trace)
   }
 
   beforeAll(async () => {
@@ -91,7 +94,8 @@ describe('tasks through a gateway (TCP)', () => {
     travellerToken = await delegate(user, { audience: traveller.did, capabilities: [{ skill: 'travel.*' }], expiresAt: Date.now() + 3_600_000 })
     partnerToken = await delegate(user, { audience: partner.did, capabilities: [{ skill: 'travel.*' }], expiresAt: Date.now() + 3_600_000 })
 
-    executor = createTaskService(innerIcs[0], { leaseInterval: LEASE })
+    // no hold-back (2.0.0): every state of a relayed task streams back, as deltas
+    executor = createTaskService(innerIcs[0], { leaseInterval: LEASE, holdBack: 0 })
     await executor.serve(hotel.did, 'travel.hotel.booking', async (input: any, ctx) => {
       record('travel.hotel.booking', ctx)
       ctx.progress({ step: 'searching' })
@@ -183,6 +187,22 @@ describe('tasks through a gateway (TCP)', () => {
     expect(relayEvents.find(e => e.taskId === 'via-gateway-1')).toMatchObject({ type: 'relayed', agent: hotel.did, skill: 'travel.hotel.booking', from: traveller.did, peer: outer.nodes[0].peerId.toString() })
     // the owner reads it again through the relay
     expect(await requester.get(hotel.did, 'via-gateway-1')).toMatchObject({ state: 'completed', result: { booked: true } })
+  })
+
+  it('strips the trace field of a relayed submit (keepTrace is off by default); the task runs on 2.0.0 end to end', async () => {
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
+    const done = await requester.submitAndWait(traveller.did, hotel.did, {
+      skill: 'travel.hotel.booking', input: { nights: 3 }, proofs: [travellerToken], taskId: 'via-gateway-trace'
+    }, { trace })
+    expect(done).toMatchObject({ state: 'completed', result: { booked: true, nights: 3 }, messages: [{ step: 'searching' }], artifacts: [{ offer: 'room 12' }] })
+    expect(traces.has('via-gateway-trace')).toBe(true)
+    expect(traces.get('via-gateway-trace')).toBeUndefined()
+    // both hops spoke 2.0.0
+    const protocols = (node: { getConnections: () => Array<{ streams: Array<{ protocol?: string }> }> }): Array<string | undefined> =>
+      node.getConnections().flatMap(c => c.streams.map(st => st.protocol))
+    expect(protocols(outer.nodes[0])).toContain('/ioa/task/2.0.0')
+    expect(protocols(inner.nodes[1])).toContain('/ioa/task/2.0.0')
+    expect(await requester.get(hotel.did, 'via-gateway-trace')).toEqual(done)
   })
 
   it('an idempotent repeat through the gateway follows the earlier task, under its id', async () => {

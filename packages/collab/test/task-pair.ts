@@ -39,3 +39,23 @@ export function offlineInterconnect (): Interconnect {
   const noop = async (): Promise<void> => {}
   return { node: { peerId: { toString: () => 'self' }, logger: defaultLogger(), services: { messaging: { handle: noop, handleStream: noop, unhandle: noop } } }, agents: () => [] } as unknown as Interconnect
 }
+
+/** The body of a length-prefixed messaging frame (its unsigned varint length prefix removed) */
+export function frameBody (frame: Uint8Array): Uint8Array {
+  let i = 0
+  while ((frame[i] & 0x80) !== 0) i++
+  return frame.subarray(i + 1)
+}
+
+/** A messaging frame body with its unsigned varint length prefix */
+export function prefixed (body: Uint8Array): Uint8Array {
+  const prefix: number[] = []
+  for (let n = body.length; ; n = Math.floor(n / 128)) {
+    if (n < 128) {
+      prefix.push(n)
+      break
+    }
+    prefix.push((n % 128) | 0x80)
+  }
+  return new Uint8Array([...prefix, ...body])
+}

@@ -14,7 +14,7 @@ import { collect, ed25519KeyFromSeed, fromHex, readSpecBlock, rejectionOf, toHex
 import { delegate, encodeToken } from '../src/auth/delegation.js'
 import { ReplayCache, bodyCid, createEnvelope, envelopeSigningBytes, parseEnvelope, verifyEnvelope } from '../src/auth/envelope.js'
 import { approvalPolicy, approvalSigningBytes, createApproval, parseApproval, verifyApproval } from '../src/auth/policy.js'
-import { TASK_PROTOCOL, createTaskService } from '../src/tasks/service.js'
+import { TASK_PROTOCOL, TASK_PROTOCOL_V2, createTaskService } from '../src/tasks/service.js'
 import { transition } from '../src/tasks/model.js'
 import { checkBody, checkSubmit, parseEvent, parseTaskRef } from '../src/tasks/wire.js'
 import type { Capability, TokenPayload } from '../src/auth/delegation.js'
@@ -251,18 +251,20 @@ describe('the vector exchange between two nodes over TCP', () => {
     tsR = createTaskService(pair.icR, {})
     closers.push(async () => tsR.stop())
     // every STREAM_REQUEST the executor receives, read beside its handler
-    executor.use(TASK_PROTOCOL, (stream, connection, next) => {
-      let bytes = new Uint8Array(0)
-      stream.addEventListener('message', (e: any) => {
-        bytes = Buffer.concat([bytes, e.data instanceof Uint8Array ? e.data : e.data.subarray()])
-        for (let prefix = prefixOf(bytes); prefix != null && bytes.byteLength >= prefix.offset + prefix.length; prefix = prefixOf(bytes)) {
-          const frame = decodeFrame(bytes.subarray(prefix.offset, prefix.offset + prefix.length)) as any
-          if (frame.type === FrameType.STREAM_REQUEST) streamRequests.push({ method: frame.method, timeout: frame.timeout })
-          bytes = bytes.subarray(prefix.offset + prefix.length)
-        }
+    for (const protocol of [TASK_PROTOCOL, TASK_PROTOCOL_V2]) {
+      executor.use(protocol, (stream, connection, next) => {
+        let bytes = new Uint8Array(0)
+        stream.addEventListener('message', (e: any) => {
+          bytes = Buffer.concat([bytes, e.data instanceof Uint8Array ? e.data : e.data.subarray()])
+          for (let prefix = prefixOf(bytes); prefix != null && bytes.byteLength >= prefix.offset + prefix.length; prefix = prefixOf(bytes)) {
+            const frame = decodeFrame(bytes.subarray(prefix.offset, prefix.offset + prefix.length)) as any
+            if (frame.type === FrameType.STREAM_REQUEST) streamRequests.push({ method: frame.method, timeout: frame.timeout })
+            bytes = bytes.subarray(prefix.offset + prefix.length)
+          }
+        })
+        next(stream, connection)
       })
-      next(stream, connection)
-    })
+    }
   }, 60_000)
 
   afterAll(async () => {

@@ -88,6 +88,8 @@ describe('task protocol over TCP', () => {
     tsB = createTaskService(ics[1], {
       datastore: new MemoryDatastore(),
       leaseInterval: LEASE,
+      // every state is streamed (protocol 2.0.0 holds none back): these tests follow each one
+      holdBack: 0,
       isRevoked: (cid) => revoked.has(cid),
       policy: constraintPolicy()
     })

@@ -238,7 +238,9 @@ describe('team assignments as tasks', () => {
     await second.node.stop()
     // nobody left with the skill: the assigner closes the task so that the conversation moves on
     const outcome = await a.done
-    expect(outcome).toMatchObject({ state: 'failed', assignee: second.agent.did, error: { code: 'LEASE_LAPSED', reason: 'LEASE_LAPSED' } })
+    // (the reason is the last attempt's: a lapsed lease, or, when the node stopped while task protocol
+    // 2.0.0 still held the first event back, the closed stream of a submit that saw no event)
+    expect(outcome).toMatchObject({ state: 'failed', assignee: second.agent.did, error: { code: 'LEASE_LAPSED', reason: expect.stringMatching(/^(LEASE_LAPSED|STREAM_CLOSED)$/) } })
     expect(entryOf(team, 'result', a.task)?.from).toBe(convener.agent.did)
     // and the conversation goes on
     await team.say('moving on without a forecast')

@@ -11,6 +11,10 @@
  *   then bytewise), each at most once,
  * - floats as values of envelope fields other than `p` are reported (the
  *   caller refuses them once it has read the frame id),
+ * - a float inside `p` whose value is a safe integer (or -0) is reported:
+ *   the decoder reads it as a number that DAG-CBOR encodes as an integer,
+ *   so the payload is not in canonical form (protocols that need its bytes
+ *   to be canonical refuse it),
  * - at most `maxItems` data items and `maxDepth` levels of nesting.
  *
  * Indefinite lengths, reserved heads, truncation and trailing bytes are
@@ -62,6 +66,8 @@ export interface ScanResult {
   items: number
   /** The first top-level map key other than `p` whose value is a float */
   floatField?: string
+  /** A float inside `p` holds a safe integer or -0 (DAG-CBOR encodes that number as an integer) */
+  integralFloat?: true
 }
 
 const utf8 = new TextDecoder()
@@ -105,6 +111,7 @@ function walk (buf: Uint8Array, limits: ScanLimits, seen: { id: number }): ScanR
   /** in the top-level map, the value being read is not `p` */
   let envelopeValue = false
   let floatKey = -1
+  let integralFloat = false
   let floatKeyEnd = -1
   let keyStart = -1
   /** in the top-level map, the value being read is `i` */
@@ -182,6 +189,9 @@ function walk (buf: Uint8Array, limits: ScanLimits, seen: { id: number }): ScanR
           if (envelopeValue && depth === 1 && floatKey < 0) {
             floatKey = keyStart
             floatKeyEnd = prevKeyEnd[top]
+          } else if (!envelopeValue && !integralFloat && end - pos === 9) {
+            const v = new DataView(buf.buffer, buf.byteOffset + pos + 1, 8).getFloat64(0)
+            if (Number.isSafeInteger(v)) integralFloat = true
           }
         } else if (info === 25 || info === 26) {
           fail(`float of ${info === 25 ? 16 : 32} bits`, true)
@@ -226,7 +236,9 @@ function walk (buf: Uint8Array, limits: ScanLimits, seen: { id: number }): ScanR
       const d = remaining.length
       if (d === 0) {
         if (pos !== len) fail('bytes after the item')
-        return floatKey < 0 ? { items } : { items, floatField: keyText(buf, floatKey, floatKeyEnd) }
+        const found: ScanResult = floatKey < 0 ? { items } : { items, floatField: keyText(buf, floatKey, floatKeyEnd) }
+        if (integralFloat) found.integralFloat = true
+        return found
       }
       if (--remaining[d - 1] > 0) break
       remaining.pop()

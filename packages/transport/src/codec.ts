@@ -31,6 +31,12 @@ export interface RequestFrame {
   timeout?: number
   /** STREAM_REQUEST only: how many ITEM frames the server may send before the next CREDIT */
   credit?: number
+  /**
+   * Set when the payload holds a float whose value is a safe integer (or
+   * -0): decoding and encoding the payload again gives other bytes (the
+   * transport accepts it; a protocol that needs canonical payloads refuses it)
+   */
+  nonCanonical?: true
 }
 
 export interface PayloadFrame {
@@ -257,6 +263,7 @@ export function decodeFrame (bytes: Uint8Array | Uint8ArrayList, options: Decode
       const frame: RequestFrame = { type: t, id, method: f.m as string, payload: f.p ?? null }
       if (f.d != null) frame.timeout = f.d as number
       if (f.n != null) frame.credit = f.n as number
+      if (scan.integralFloat === true) frame.nonCanonical = true
       return frame
     }
     case FrameType.RESPONSE:

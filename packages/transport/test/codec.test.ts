@@ -327,3 +327,20 @@ describe('errorToWire', () => {
     expect(decodeFrame(encodeFrame({ type: FrameType.ERROR, id: 1, code, message }))).toMatchObject({ code, message })
   })
 })
+
+describe('requests whose payload holds an integral float', () => {
+  /** A REQUEST `{ i: 1, m: 'm', p: [<float>], t: 1 }` with the payload's 64-bit float written out */
+  const request = (float: string): Uint8Array => fromHex(`a4616901616d616d617081fb${float}617401`)
+
+  it.each([
+    { name: '240.0', float: '406e000000000000', flagged: true },
+    { name: '-0.0', float: '8000000000000000', flagged: true },
+    { name: '2^53 - 1 as a float', float: '433fffffffffffff', flagged: true },
+    { name: '2^53 (a float in canonical form: beyond the integers the encoder writes as such)', float: '4340000000000000', flagged: false },
+    { name: '1.5', float: '3ff8000000000000', flagged: false }
+  ])('$name: accepted, flagged not canonical when DAG-CBOR would write it as an integer', ({ float, flagged }) => {
+    const frame = decodeFrame(request(float)) as Frame & { nonCanonical?: boolean }
+    expect(frame).toMatchObject({ type: FrameType.REQUEST, id: 1, method: 'm' })
+    expect(frame.nonCanonical).toBe(flagged ? true : undefined)
+  })
+})

@@ -8,6 +8,7 @@ import type { VerificationCache, VerificationCacheInit } from '../auth/verificat
 import type { Approval, Policy } from '../auth/policy.js'
 import type { TaskError, TaskLimits, TaskSnapshot, TaskState } from './model.js'
 import type { TaskRetentionInit } from './retention.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
 import type { ComponentLogger, PeerId } from '@libp2p/interface'
@@ -35,6 +36,8 @@ export interface ExecutorTaskInfo {
   root: Did
   /** ms since the epoch */
   at: number
+  /** The trace context the submit carried (protocol 2.0.0; absent when none) */
+  trace?: TraceContext
 }
 
 /**
@@ -96,6 +99,11 @@ export interface SubmitOptions {
   signal?: AbortSignal
   /** The task this one is a subtask of: deadline ≤ parent's, budget taken from the parent's */
   parent?: TaskScope
+  /**
+   * W3C trace context sent with the submit (unsigned, outside the envelope;
+   * only to executors of protocol 2.0.0, and gateways strip it by default)
+   */
+  trace?: TraceContext
 }
 
 export interface SkillContext extends TaskScope {
@@ -108,6 +116,8 @@ export interface SkillContext extends TaskScope {
   readonly capability: Capability
   /** Aborted on cancel, at the deadline and when the service stops */
   readonly signal: AbortSignal
+  /** The trace context of the submit that created the task (protocol 2.0.0), read-only */
+  readonly trace?: TraceContext
   /** Append a progress message (streamed as a status event) */
   progress(message: unknown): void
   /** Add an artifact (streamed as an artifact event) */
@@ -151,8 +161,14 @@ export interface TaskServiceComponents {
   /** This node's peer id (a local submit's sender peer) */
   peerId: PeerId
   logger: ComponentLogger
-  /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` */
+  /** The node's framed messaging: serves and calls `/ioa/task/1.0.0` and `/ioa/task/2.0.0` */
   messaging: Pick<Messaging, 'handle' | 'handleStream' | 'unhandle' | 'request' | 'stream'>
+  /**
+   * The protocols a peer announced (identify), to choose 2.0.0 or 1.0.0 for
+   * it; without it (or before identify) the requester tries 2.0.0 and falls
+   * back to 1.0.0 when the peer does not serve it
+   */
+  protocolsOf?: (peer: PeerId) => Promise<readonly string[] | undefined>
   /** Hosted agents (senders, local executors), agent routes, the ranking feedback of finished tasks, and discovery for `ctx.call` without a callee */
   interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'> & Partial<Pick<Interconnect, 'discoverAll'>>
 }
@@ -171,6 +187,15 @@ export interface TaskServiceInit {
   policy?: Policy
   /** Heartbeat interval of the executor; a requester reports a lapse after 3× this without news @default 1_000 */
   leaseInterval?: number
+  /**
+   * Protocol 2.0.0: how long a submit's stream holds its first event back,
+   * in ms (0 to leaseInterval / 2): a task that ends (or needs an approval)
+   * within it is answered with one event, its snapshot; the events held
+   * meanwhile fold into the newest snapshot, one per stream (spec 14.1)
+   *
+   * @default 50 (at most leaseInterval / 2)
+   */
+  holdBack?: number
   /**
    * A non-terminal task that no stream (submit or resubscribe) follows for
    * this long is canceled with `ABANDONED`, in ms (spec 7.1)

@@ -8,10 +8,19 @@ import type { CallOptions, SkillContext, SkillHandler, TaskEvent } from './api.j
 import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskRecord, TaskSnapshot } from './model.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did } from '@ioa/interconnect'
 
 /** Events of one subscriber queued before the oldest non-terminal ones are dropped */
 const MAX_QUEUED_EVENTS = 64
+
+/**
+ * How many progress messages had been added to a task when a snapshot of it
+ * was made (set by the executor for each snapshot it makes): a 2.0.0 delta
+ * names the messages added since the previous event, also when the oldest
+ * were dropped
+ */
+export const messageCounts = new WeakMap<TaskSnapshot, number>()
 
 /** The key of a task in the executor's and the requester's maps */
 export function taskKey (agent: Did, id: string): string {
@@ -79,6 +88,10 @@ export interface Live {
   keepUntil: number
   /** When the handler started (absent while it has not) */
   startedAt?: number
+  /** Progress messages ever added (the snapshot keeps the newest) */
+  messagesAdded: number
+  /** The trace context of the submit that created the task (2.0.0) */
+  trace?: TraceContext
 }
 
 export class HandlerContext implements SkillContext {
@@ -87,6 +100,7 @@ export class HandlerContext implements SkillContext {
   readonly chain: VerifiedChain
   readonly capability: Capability
   readonly deadline?: number
+  readonly trace?: TraceContext
   private readonly signalOf: () => AbortSignal
   private remaining?: number
   private readonly onProgress: (m: unknown) => void
@@ -95,7 +109,7 @@ export class HandlerContext implements SkillContext {
 
   constructor (init: {
     task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: () => AbortSignal,
-    deadline?: number, budget?: number, progress(m: unknown): void, artifact(a: unknown): void
+    deadline?: number, budget?: number, trace?: TraceContext, progress(m: unknown): void, artifact(a: unknown): void
     call(ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
   }) {
     this.task = init.task
@@ -104,6 +118,7 @@ export class HandlerContext implements SkillContext {
     this.capability = init.capability
     this.signalOf = init.signal
     this.deadline = init.deadline
+    if (init.trace != null) this.trace = init.trace
     this.remaining = init.budget
     this.onProgress = init.progress
     this.onArtifact = init.artifact

@@ -20,10 +20,10 @@ import {
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
 import {
   ApprovalRequiredError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
-  NoProviderError, ResultNotEncodableError, UnauthorizedError, UnknownTaskError
+  NoProviderError, NonCanonicalError, ResultNotEncodableError, UnauthorizedError, UnknownTaskError
 } from '../errors.js'
 import { TaskAdmission, addressKey } from './admission.js'
-import { HandlerContext, Subscriber, taskKey } from './executor-state.js'
+import { HandlerContext, Subscriber, messageCounts, taskKey } from './executor-state.js'
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
@@ -31,10 +31,12 @@ import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
 import type { SubtaskCaller } from './subtask-call.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
+import { TASK_PROTOCOL_V2, checkSubmitV2, diffSnapshots, parseResubscribeV2, withoutTrace } from './wire-v2.js'
+import type { TraceContext } from './wire-v2.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
-import type { Envelope } from '../auth/envelope.js'
+import type { CheckedEnvelope, Envelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
 import type { Retained } from './retention.js'
@@ -43,6 +45,14 @@ import type { Logger } from '@libp2p/interface'
 
 /** Longest lease interval of this executor: heartbeats must come well within the transport's handler idle limit (30 s) */
 const MAX_OWN_LEASE = 20_000
+
+/** Default hold-back of a 2.0.0 submit stream (ms): a task that ends within it is answered with its final snapshot only */
+export const DEFAULT_HOLD_BACK = 50
+
+/** Refuse a 2.0.0 request whose payload the transport found not canonical (spec 14.5) */
+function assertCanonical (ctx: { canonical?: boolean }): void {
+  if (ctx.canonical === false) throw new NonCanonicalError('The request is not canonical DAG-CBOR: a float holds an integral value')
+}
 
 /** Finished tasks kept in memory for fast `get` (the datastore has them all) */
 const RECENT_TASKS = 256
@@ -80,6 +90,8 @@ export class TaskExecutor {
   readonly limits: TaskLimits
   private readonly admission: TaskAdmission
   private readonly abandonAfter: number
+  /** Hold-back of a 2.0.0 submit stream (ms; 0: none) */
+  private readonly holdBack: number
   private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly verification: VerificationCache
@@ -127,6 +139,8 @@ export class TaskExecutor {
     })
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
+    this.holdBack = init.holdBack ?? Math.min(DEFAULT_HOLD_BACK, Math.floor(this.lease / 2))
+    if (!Number.isFinite(this.holdBack) || this.holdBack < 0 || this.holdBack > this.lease / 2) throw new RangeError('holdBack must be 0 to leaseInterval / 2 ms')
     this.log = components.logger.forComponent('ioa:collab:executor')
     this.onEvent = init.onEvent
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
@@ -187,6 +201,12 @@ export class TaskExecutor {
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'approve', async (payload) => this.onApprove(payload))
+      // version 2 (spec 14): the same methods, with hold-back, deltas, trace and canonical requests
+      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), ctx))
+      await m.handleStream(TASK_PROTOCOL_V2, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal, ctx))
+      await m.handle(TASK_PROTOCOL_V2, 'get', async (payload, ctx) => { assertCanonical(ctx); return await this.onGet(payload, ctx.peer.toString()) })
+      await m.handle(TASK_PROTOCOL_V2, 'cancel', async (payload, ctx) => { assertCanonical(ctx); return await this.onCancel(payload, ctx.peer.toString()) })
+      await m.handle(TASK_PROTOCOL_V2, 'approve', async (payload, ctx) => { assertCanonical(ctx); return await this.onApprove(payload) })
       this.started = true
     })()
     await this.starting
@@ -199,10 +219,12 @@ export class TaskExecutor {
     this.starting = undefined
     if (this.started) {
       this.started = false
-      await this.components.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
-        // stopping goes on: the node may be stopping too
-        this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
-      })
+      for (const protocol of [TASK_PROTOCOL, TASK_PROTOCOL_V2]) {
+        await this.components.messaging.unhandle(protocol).catch((err: unknown) => {
+          // stopping goes on: the node may be stopping too
+          this.log.error('could not unregister %s: %e', protocol, err)
+        })
+      }
     }
     const running = [...this.live.values()]
     for (const live of running) {
@@ -283,7 +305,7 @@ export class TaskExecutor {
   private reportEnd (live: Live, to: TaskState): void {
     const r = live.record
     const at = Date.now()
-    const info = { agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at }
+    const info = { agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at, ...(live.trace != null ? { trace: live.trace } : {}) }
     const error = r.snapshot.error ?? { code: 'TASK_ENDED', message: `Task ${to}` }
     const duration = at - (live.startedAt ?? r.snapshot.createdAt)
     if (to === 'completed') {
@@ -302,6 +324,7 @@ export class TaskExecutor {
 
   private update (live: Live, snapshot: TaskSnapshot): void {
     live.record.snapshot = snapshot
+    messageCounts.set(snapshot, live.messagesAdded)
     this.save(live)
   }
 
@@ -371,8 +394,10 @@ export class TaskExecutor {
    * task gets `sub` attached before anything runs, so its stream shows every
    * state from `submitted` on.
    */
-  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string): Promise<Live | TaskRecord> {
-    const { checked, rawBody } = checkSubmit(payload)
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string, version: 1 | 2 = 1): Promise<Live | TaskRecord> {
+    // (version 1 refuses a `trace` field as unknown; version 2 checks it)
+    const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } = version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
+    if (ignored === true) this.log('ignored the trace of task %s from %s: not a W3C traceparent', checked.envelope.payload.task, peer)
     const envelope: Envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload
@@ -443,8 +468,11 @@ export class TaskExecutor {
         writing: Promise.resolve(),
         saveQueued: false,
         release,
-        keepUntil: p.exp + this.clockSkew
+        keepUntil: p.exp + this.clockSkew,
+        messagesAdded: 0,
+        ...(trace != null ? { trace } : {})
       }
+      messageCounts.set(snapshot, 0)
       if (sub != null) {
         this.attach(live, sub)
         sub.push({ type: 'status', task: snapshot })
@@ -528,7 +556,7 @@ export class TaskExecutor {
     live.startedAt = Date.now()
     {
       const r = live.record
-      this.report({ type: 'task-started', agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at: live.startedAt })
+      this.report({ type: 'task-started', agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at: live.startedAt, ...(live.trace != null ? { trace: live.trace } : {}) })
     }
     const snapshot = live.record.snapshot
     const limits = this.limits
@@ -541,11 +569,13 @@ export class TaskExecutor {
       signal: () => signalOf(live),
       deadline: snapshot.deadline,
       budget: pending.budget,
+      trace: live.trace,
       progress: (message) => {
         if (!active()) return
         const m = wireValue(message, 'Progress message', e => new TaskLimitError(e))
         if (m.bytes.byteLength > limits.maxMessageBytes) throw new TaskLimitError(`Progress message exceeds ${limits.maxMessageBytes} bytes`)
         const messages = [...live.record.snapshot.messages, m.value].slice(-limits.maxMessages)
+        live.messagesAdded++
         this.update(live, cleanSnapshot({ ...live.record.snapshot, messages, updatedAt: Date.now() }))
         this.emit(live, { type: 'status', task: live.record.snapshot })
       },
@@ -577,9 +607,13 @@ export class TaskExecutor {
   /**
    * Stream a task's events until it ends: from its current state, or, with
    * `attached` (a subscriber that has followed the task since it was created),
-   * from the events queued there
+   * from the events queued there. On version 2 (`v2`), every event after
+   * the first is sent as a delta against the previous one where it can be
+   * (spec 14.2), and with `holdBack` the first event waits up to that long
+   * for the task to end (or to need an approval): the events meanwhile fold
+   * into the newest snapshot, which is sent alone (spec 14.1)
    */
-  private async * follow (task: Live | TaskRecord, signal: AbortSignal, attached?: Subscriber): AsyncGenerator<TaskEvent> {
+  private async * follow (task: Live | TaskRecord, signal: AbortSignal, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
       yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
@@ -594,9 +628,21 @@ export class TaskExecutor {
       this.attach(live, sub)
     }
     try {
-      if (attached == null) {
-        yield { type: 'status', task: live.record.snapshot }
-        if (isTerminal(live.record.snapshot.state)) return
+      /** what the stream sent last (deltas are made against it) */
+      let sent: TaskSnapshot | undefined = attached == null ? live.record.snapshot : undefined
+      if (holdBack > 0) {
+        const until = Date.now() + holdBack
+        while (sent == null || (!isTerminal(sent.state) && sent.state !== 'auth-required')) {
+          const left = until - Date.now()
+          if (left <= 0) break
+          const event = await sub.next(left, signal)
+          if (event == null) break
+          if (event.type !== 'heartbeat' && event.type !== 'lapsed') sent = event.task
+        }
+      }
+      if (sent != null) {
+        yield { type: 'status', task: sent }
+        if (isTerminal(sent.state)) return
       }
       while (true) {
         const event = await sub.next(this.lease, signal)
@@ -605,7 +651,10 @@ export class TaskExecutor {
           yield { type: 'heartbeat', taskId: s.id, state: s.state, lease: this.lease, at: Date.now() }
           continue
         }
-        yield event
+        if (event.type === 'heartbeat' || event.type === 'lapsed') continue
+        const delta = v2 && sent != null ? diffSnapshots(sent, messageCounts.get(sent), event.task, messageCounts.get(event.task)) : undefined
+        sent = event.task
+        yield delta ?? event
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {
@@ -614,18 +663,25 @@ export class TaskExecutor {
   }
 
   /** @internal also called in-process by the requester for a local agent */
-  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
+  /**
+   * `v2`: the request came on 2.0.0 (`canonical` from the transport), or,
+   * with `local`, from this node's requester (a `trace` is accepted; the
+   * stream sends every event in full)
+   */
+  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, v2?: { canonical?: boolean, local?: boolean }): AsyncGenerator<unknown> {
     const sub = new Subscriber()
     let task: Live | TaskRecord
     try {
-      task = await this.accept(payload, peer, sub, address)
+      if (v2 != null) assertCanonical(v2)
+      task = await this.accept(payload, peer, sub, address, v2 != null ? 2 : 1)
     } catch (err) {
       this.refused(payload, peer, err)
       throw err
     }
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
-      yield * this.follow(task, signal, attached ? sub : undefined)
+      const wire2 = v2 != null && v2.local !== true
+      yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0)
     } finally {
       if ('record' in task) this.detach(task, sub)
     }
@@ -655,9 +711,14 @@ export class TaskExecutor {
     return found
   }
 
-  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal): AsyncGenerator<TaskEvent> {
-    const task = await this.control(payload, peer)
-    yield * this.follow(task, signal)
+  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }): AsyncGenerator<unknown> {
+    if (v2 != null) {
+      assertCanonical(v2)
+      const { trace } = parseResubscribeV2(payload)
+      if (trace != null) this.log.trace('resubscribe from %s with trace %s', peer, trace.traceparent)
+    }
+    const task = await this.control(v2 != null ? withoutTrace(payload) : payload, peer)
+    yield * this.follow(task, signal, undefined, v2 != null)
   }
 
   async onGet (payload: unknown, peer: string): Promise<TaskSnapshot> {

@@ -25,11 +25,11 @@ import { UnknownAgentError } from '@ioa/interconnect'
 import { CanceledError, mayTryAnotherPeer } from '@ioa/transport'
 import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { CollabError, UnauthorizedError, UnknownTaskError } from '../errors.js'
-import { TASK_PROTOCOL, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
+import { CollabError, NonCanonicalError, UnauthorizedError, UnknownTaskError } from '../errors.js'
+import { TASK_PROTOCOL, checkSubmit, eventTaskId, isMap, parseEvent, parseTaskRef } from './wire.js'
+import { TASK_PROTOCOL_V2, checkSubmitV2, parseDelta, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import { numberOption } from '../options.js'
 import { linked } from './signals.js'
-import type { TaskEvent } from './api.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
@@ -94,6 +94,14 @@ export interface TaskGatewayInit {
    * @default 10_000
    */
   maxRelayed?: number
+  /**
+   * Forward the `trace` field of 2.0.0 requests to the executor; by default
+   * the relay strips it (a trace context is unsigned: it tells the domain
+   * about the caller's tracing, and the caller could put anything there)
+   *
+   * @default false
+   */
+  keepTrace?: boolean
 
   /**
    * Told of every submit the relay admits or refuses (for logs and
@@ -137,6 +145,28 @@ export interface TaskGateway {
 
 type Control = 'get' | 'cancel' | 'approve'
 
+/** The versions of the task protocol the relay serves, and the protocol id of each */
+const VERSIONS = [[1, TASK_PROTOCOL], [2, TASK_PROTOCOL_V2]] as const
+type Version = 1 | 2
+
+/** Refuse a 2.0.0 request that is not canonical DAG-CBOR (the relay's re-encoding would hide it from the executor) */
+function assertCanonical (version: Version, ctx: RequestContext): void {
+  if (version === 2 && ctx.canonical === false) throw new NonCanonicalError('The request is not canonical DAG-CBOR: a float holds an integral value')
+}
+
+/** The task id and state (when it names one) of a relayed event, checked for shape; a 2.0.0 delta too */
+function relayedEvent (raw: unknown): { id: string, state?: string, error?: { code: string, message?: string } } {
+  if (isMap(raw) && raw.type === 'delta') {
+    const d = parseDelta(raw)
+    return { id: d.id, ...(d.state != null ? { state: d.state } : {}), ...(d.error != null ? { error: d.error } : {}) }
+  }
+  const event = parseEvent(raw)
+  if (event.type === 'status' || event.type === 'artifact') {
+    return { id: event.task.id, state: event.task.state, ...(event.task.error != null ? { error: event.task.error } : {}) }
+  }
+  return { id: eventTaskId(event) }
+}
+
 /** Who submitted a relayed task, and what admitted it */
 interface Owner {
   peer: string
@@ -162,6 +192,9 @@ class DefaultTaskGateway implements TaskGateway {
   private readonly callerLookupTimeout: number
   private readonly callerCacheTtl: number
   private readonly onRelay?: (event: RelayEvent) => void
+  private readonly keepTrace: boolean
+  /** Inner executor peers known not to serve 2.0.0 (spoken to on 1.0.0) */
+  private readonly v1Peers = new BoundedMap<string, true>({ maxEntries: MAX_CALLERS })
   private readonly log: Logger
   /** Relayed tasks (agent "\n" task id) → their outer owner, least recently stored first (reads `peek`: they do not refresh) */
   private readonly owners: BoundedMap<string, Owner>
@@ -186,22 +219,27 @@ class DefaultTaskGateway implements TaskGateway {
     this.callerCacheTtl = checkOption('callerCacheTtl', init.callerCacheTtl ?? 30_000, 0)
     this.owners = new BoundedMap({ maxEntries: Math.floor(checkOption('maxRelayed', init.maxRelayed ?? 10_000)) })
     this.onRelay = init.onRelay
+    this.keepTrace = init.keepTrace === true
     this.log = init.outer.node.logger.forComponent('ioa:collab:gateway')
   }
 
   // ---- lifecycle ---------------------------------------------------------
 
   async start (): Promise<void> {
-    if (this.outer.node.getProtocols().includes(TASK_PROTOCOL)) {
-      throw new TaskProtocolInUseError(`${this.outer.peerId.toString()} already serves ${TASK_PROTOCOL}: the outer node of a gateway must not run a task service`)
+    for (const [, protocol] of VERSIONS) {
+      if (this.outer.node.getProtocols().includes(protocol)) {
+        throw new TaskProtocolInUseError(`${this.outer.peerId.toString()} already serves ${protocol}: the outer node of a gateway must not run a task service`)
+      }
     }
     const m = this.outer.node.services.messaging
-    await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx))
-    await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx))
-    for (const method of ['get', 'cancel', 'approve'] as const) {
-      await m.handle(TASK_PROTOCOL, method, async (payload, ctx) => this.onControl(method, payload, ctx))
-    }
     this.started = true
+    for (const [version, protocol] of VERSIONS) {
+      await m.handleStream(protocol, 'submit', (payload, ctx) => this.onSubmit(payload, ctx, version))
+      await m.handleStream(protocol, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx, version))
+      for (const method of ['get', 'cancel', 'approve'] as const) {
+        await m.handle(protocol, method, async (payload, ctx) => this.onControl(method, payload, ctx, version))
+      }
+    }
   }
 
   async stop (): Promise<void> {
@@ -209,10 +247,12 @@ class DefaultTaskGateway implements TaskGateway {
     this.stopping.abort(new CanceledError('The task gateway stopped'))
     if (this.started) {
       this.started = false
-      await this.outer.node.services.messaging.unhandle(TASK_PROTOCOL).catch((err: unknown) => {
-        // stopping goes on: the node may be stopping too
-        this.log.error('could not unregister %s: %e', TASK_PROTOCOL, err)
-      })
+      for (const [, protocol] of VERSIONS) {
+        await this.outer.node.services.messaging.unhandle(protocol).catch((err: unknown) => {
+          // stopping goes on: the node may be stopping too
+          this.log.error('could not unregister %s: %e', protocol, err)
+        })
+      }
     }
   }
 
@@ -311,6 +351,30 @@ class DefaultTaskGateway implements TaskGateway {
     throw last ?? new UnknownAgentError(`No executor of ${agent} in the domain`)
   }
 
+  /**
+   * Call `fn` on one executor peer with the protocol of `version`: a 2.0.0
+   * call goes out on 2.0.0 unless the peer does not serve it, then (without
+   * its trace) on 1.0.0, whose answers are valid 2.0.0 answers too; a 1.0.0
+   * call stays on 1.0.0 (its caller could not read deltas)
+   */
+  private async onVersion<T> (peer: string, version: Version, payload: unknown, fn: (protocol: string, payload: unknown) => Promise<T>): Promise<T> {
+    if (version === 2 && !this.v1Peers.has(peer)) {
+      try {
+        return await fn(TASK_PROTOCOL_V2, payload)
+      } catch (err: any) {
+        if (err?.code !== 'PROTOCOL_NOT_SUPPORTED') throw err
+        this.log('executor peer %s does not serve %s: relaying on %s', peer, TASK_PROTOCOL_V2, TASK_PROTOCOL)
+        this.v1Peers.set(peer, true)
+      }
+    }
+    return await fn(TASK_PROTOCOL, withoutTrace(payload))
+  }
+
+  /** What the relay forwards of a 2.0.0 request: without its trace unless `keepTrace` */
+  private forwarded (payload: unknown): unknown {
+    return this.keepTrace ? payload : withoutTrace(payload)
+  }
+
   /** Count the end of a relayed call: answered, failed in the domain, or abandoned by the caller */
   private settle (ok: boolean, signal: AbortSignal): void {
     if (ok) this.counters.relayed++
@@ -321,15 +385,15 @@ class DefaultTaskGateway implements TaskGateway {
    * Relay a streaming call and pipe the executor's events back unchanged
    * (each checked for shape; `onEvent` sees it before it is passed on)
    */
-  private async * relayStream (agent: Did, method: 'submit' | 'resubscribe', payload: unknown, ctx: RequestContext, onEvent?: (event: TaskEvent) => void): AsyncGenerator<unknown> {
+  private async * relayStream (agent: Did, method: 'submit' | 'resubscribe', payload: unknown, ctx: RequestContext, version: Version, onEvent?: (event: ReturnType<typeof relayedEvent>) => void): AsyncGenerator<unknown> {
     const { signal, done } = linked(ctx.signal, this.stopping.signal)
     const messaging = this.inner.node.services.messaging
     let source: AsyncGenerator<unknown> | undefined
     let ok = false
     this.counters.streams++
     try {
-      const opened = await this.reach(agent, signal, async (peer) => {
-        const s = messaging.stream(peerIdFromString(peer), TASK_PROTOCOL, method, payload, { signal, timeout: this.streamTimeout })
+      const opened = await this.reach(agent, signal, async (peer) => await this.onVersion(peer, version, payload, async (protocol, sent) => {
+        const s = messaging.stream(peerIdFromString(peer), protocol, method, sent, { signal, timeout: this.streamTimeout })
         try {
           return { s, first: await s.next() }
         } catch (err) {
@@ -339,11 +403,11 @@ class DefaultTaskGateway implements TaskGateway {
           })
           throw err
         }
-      })
+      }))
       source = opened.s
       let next = opened.first
       while (next.done !== true) {
-        const event = parseEvent(next.value)
+        const event = relayedEvent(next.value)
         onEvent?.(event)
         yield next.value
         next = await source.next()
@@ -363,9 +427,13 @@ class DefaultTaskGateway implements TaskGateway {
 
   // ---- handlers ----------------------------------------------------------
 
-  private async * onSubmit (payload: unknown, ctx: RequestContext): AsyncGenerator<unknown> {
+  private async * onSubmit (payload: unknown, ctx: RequestContext, version: Version): AsyncGenerator<unknown> {
     const peer = ctx.peer.toString()
-    const { to, skill, task, from } = this.refuse(() => checkSubmit(payload)).checked.envelope.payload
+    const { to, skill, task, from } = this.refuse(() => {
+      assertCanonical(version, ctx)
+      return version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
+    }).checked.envelope.payload
+    const relayedPayload = version === 2 ? this.forwarded(payload) : payload
     const domain = this.gateway.isExportedAgent(to) ? await this.callerDomain(from, peer, ctx.signal) : undefined
     const key = DefaultTaskGateway.key(to, task)
     const owner: Owner = { peer, skill, ...(domain != null ? { domain } : {}) }
@@ -396,13 +464,13 @@ class DefaultTaskGateway implements TaskGateway {
     if (reserved) this.remember(key, owner)
     let accepted = false
     try {
-      yield * this.relayStream(to, 'submit', payload, ctx, (event) => {
+      yield * this.relayStream(to, 'submit', relayedPayload, ctx, version, (event) => {
         accepted = true
         // an idempotent repeat follows the earlier task, under its own id
-        const id = eventTaskId(event)
+        const id = event.id
         if (id !== task && !this.owners.has(DefaultTaskGateway.key(to, id))) this.remember(DefaultTaskGateway.key(to, id), owner)
-        if (event.type === 'status' && event.task.state !== 'submitted') {
-          relayed(event.task.state === 'rejected' ? { code: event.task.error?.code ?? 'REJECTED', message: event.task.error?.message ?? 'Rejected' } : undefined)
+        if (event.state != null && event.state !== 'submitted') {
+          relayed(event.state === 'rejected' ? { code: event.error?.code ?? 'REJECTED', message: event.error?.message ?? 'Rejected' } : undefined)
         }
       })
     } catch (err) {
@@ -417,22 +485,29 @@ class DefaultTaskGateway implements TaskGateway {
     }
   }
 
-  private async * onResubscribe (payload: unknown, ctx: RequestContext): AsyncGenerator<unknown> {
+  private async * onResubscribe (payload: unknown, ctx: RequestContext, version: Version): AsyncGenerator<unknown> {
     const peer = ctx.peer.toString()
-    const { agent, task } = this.refuse(() => parseTaskRef(payload))
+    const { agent, task } = this.refuse(() => {
+      assertCanonical(version, ctx)
+      return version === 2 ? parseResubscribeV2(payload) : parseTaskRef(payload)
+    })
     this.authorize(agent, task, peer)
-    yield * this.relayStream(agent, 'resubscribe', payload, ctx)
+    yield * this.relayStream(agent, 'resubscribe', version === 2 ? this.forwarded(payload) : payload, ctx, version)
   }
 
-  private async onControl (method: Control, payload: unknown, ctx: RequestContext): Promise<unknown> {
+  private async onControl (method: Control, payload: unknown, ctx: RequestContext, version: Version): Promise<unknown> {
     const peer = ctx.peer.toString()
-    const { agent, task } = this.refuse(() => parseTaskRef(payload, method === 'approve'))
+    const { agent, task } = this.refuse(() => {
+      assertCanonical(version, ctx)
+      return parseTaskRef(payload, method === 'approve')
+    })
     this.authorize(agent, task, peer)
     const { signal, done } = linked(ctx.signal, this.stopping.signal)
     const messaging = this.inner.node.services.messaging
     let ok = false
     try {
-      const answer = await this.reach(agent, signal, async (p) => messaging.request(peerIdFromString(p), TASK_PROTOCOL, method, payload, { signal, timeout: this.requestTimeout }))
+      const answer = await this.reach(agent, signal, async (p) => await this.onVersion(p, version, payload, async (protocol, sent) =>
+        await messaging.request(peerIdFromString(p), protocol, method, sent, { signal, timeout: this.requestTimeout })))
       ok = true
       return answer
     } finally {

@@ -16,6 +16,8 @@ import { taskKey } from './executor-state.js'
 import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
+import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
+import { decodeV2Stream } from './delta-stream.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
@@ -24,6 +26,9 @@ import type { Approval } from '../auth/policy.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
+
+/** How long a peer found to speak 1.0.0 only is spoken to without looking again (it may be upgraded) */
+const V1_RECHECK = 30_000
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
@@ -49,6 +54,8 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly routes: BoundedMap<string, string>
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
   private readonly peerIds: BoundedMap<string, PeerId>
+  /** The task protocol version each peer is spoken to with (from identify, or learned from a refusal of 2.0.0) */
+  private readonly versions: BoundedMap<string, { version: 1 | 2, until: number }>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
 
@@ -63,6 +70,48 @@ export class TaskRequester implements LeaseWatchHost {
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
+    this.versions = new BoundedMap({ maxEntries: maxRoutes })
+  }
+
+  /**
+   * The version to speak to `peer`: 2.0.0 when it announced it (identify),
+   * 1.0.0 when it announced only that, else 2.0.0 first (a refusal with
+   * PROTOCOL_NOT_SUPPORTED falls back to 1.0.0, below); a 1.0.0 peer is
+   * looked at again after `V1_RECHECK` ms
+   */
+  private async versionOf (peer: string): Promise<1 | 2> {
+    const known = this.versions.peek(peer)
+    if (known != null && known.until > Date.now()) return known.version
+    let protocols: readonly string[] | undefined
+    try {
+      protocols = await this.components.protocolsOf?.(this.peerId(peer))
+    } catch (err) {
+      // unknown: try 2.0.0 (the fallback below finds out)
+      this.log.trace('no protocols of %s known: %e', peer, err)
+    }
+    if (protocols?.includes(TASK_PROTOCOL_V2) === true) {
+      this.versions.set(peer, { version: 2, until: Infinity })
+      return 2
+    }
+    // a peer that announced 1.0.0 only (looked up again after a while: it
+    // may have announced before it served 2.0.0); anything else: try 2.0.0
+    if (protocols?.includes(TASK_PROTOCOL) !== true) return 2
+    this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+    return 1
+  }
+
+  /** Run `call` on 2.0.0 when `peer` may serve it, else (or when it turns out not to) on 1.0.0 */
+  private async onVersion<T> (peer: string, call: (protocol: string) => Promise<T>): Promise<T> {
+    if (await this.versionOf(peer) === 2) {
+      try {
+        return await call(TASK_PROTOCOL_V2)
+      } catch (err: any) {
+        if (err?.code !== 'PROTOCOL_NOT_SUPPORTED') throw err
+        this.log('%s does not serve %s: using %s', peer, TASK_PROTOCOL_V2, TASK_PROTOCOL)
+        this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+      }
+    }
+    return await call(TASK_PROTOCOL)
   }
 
 
@@ -107,17 +156,39 @@ export class TaskRequester implements LeaseWatchHost {
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
     if (peer === 'local') {
       const source = method === 'submit'
-        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal)
+        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
         : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal)
       return (async function * () {
         for await (const e of source) yield roundTrip(e)
       })()
     }
-    return this.components.messaging.stream(this.peerId(peer), TASK_PROTOCOL, method, payload, {
-      signal,
-      // our own lease watchdog decides; this only bounds a silent stream
-      timeout: Math.max(30_000, 6 * MAX_LEASE)
+    return this.remoteStream(peer, method, payload, signal)
+  }
+
+  /** A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full snapshots) or 1.0.0 */
+  private async * remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
+    const opened = await this.onVersion(peer, async (protocol) => {
+      const s = this.components.messaging.stream(this.peerId(peer), protocol, method, protocol === TASK_PROTOCOL ? withoutTrace(payload) : payload, {
+        signal,
+        // our own lease watchdog decides; this only bounds a silent stream
+        timeout: Math.max(30_000, 6 * MAX_LEASE)
+      })
+      // the first event tells whether the peer serves the protocol
+      return { s, first: await s.next(), v2: protocol === TASK_PROTOCOL_V2 }
     })
+    if (opened.v2) {
+      yield * decodeV2Stream(opened.s, opened.first, method === 'submit')
+      return
+    }
+    try {
+      let next = opened.first
+      while (next.done !== true) {
+        yield next.value
+        next = await opened.s.next()
+      }
+    } finally {
+      await opened.s.return(undefined)
+    }
   }
 
   private async request<T> (peer: string, method: 'get' | 'cancel' | 'approve', payload: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
@@ -127,9 +198,9 @@ export class TaskRequester implements LeaseWatchHost {
       const out = method === 'get' ? await this.executor.onGet(local, self) : method === 'cancel' ? await this.executor.onCancel(local, self) : await this.executor.onApprove(local)
       return roundTrip(out) as T
     }
-    return await this.components.messaging.request<T>(this.peerId(peer), TASK_PROTOCOL, method, payload, {
+    return await this.onVersion(peer, async (protocol) => await this.components.messaging.request<T>(this.peerId(peer), protocol, method, payload, {
       signal, timeout: this.requestTimeout
-    })
+    }))
   }
 
   /** A unary control request, trying the known/resolved peers in turn */
@@ -193,6 +264,8 @@ export class TaskRequester implements LeaseWatchHost {
     // encoded once: the size check's bytes are the ones the envelope's body CID is hashed from
     const bodyBytes = checkBody(body, this.limits.maxBodyBytes).bytes
     const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
+    // checked here: a bad trace is the caller's error, not the executor's
+    const trace = options.trace != null ? checkTrace(options.trace) : undefined
 
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
       const iat = Date.now()
@@ -200,7 +273,7 @@ export class TaskRequester implements LeaseWatchHost {
       const envelope = await createEnvelope(identity, {
         to, skill: request.skill, task: taskId, body, ...(bodyBytes != null ? { bodyBytes } : {}), proofs: request.proofs, issuedAt: iat, expiresAt: exp
       })
-      return this.openStream(peer, 'submit', { envelope, body }, signal)
+      return this.openStream(peer, 'submit', trace != null ? { envelope, body, trace } : { envelope, body }, signal)
     }
     if (request.idempotencyKey == null) {
       yield * this.watch(to, taskId, open, options.signal)

@@ -20,6 +20,8 @@ import type { TaskSnapshot } from './model.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 
 export { TASK_PROTOCOL, MAX_KEY_LENGTH, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
+export { TASK_PROTOCOL_V2 } from './wire-v2.js'
+export type { TraceContext } from './wire-v2.js'
 export { LeaseLapsedError } from './lease-watch.js'
 export { taskFailure } from './requester.js'
 export type {
@@ -89,7 +91,15 @@ export function createTaskService (ic: Interconnect, init: TaskServiceInit = {})
     peerId: ic.node.peerId,
     logger: ic.node.logger,
     messaging: ic.node.services.messaging,
-    interconnect: ic
+    interconnect: ic,
+    protocolsOf: async (peer) => {
+      try {
+        return (await ic.node.peerStore.get(peer)).protocols
+      } catch {
+        // not in the peer store yet: unknown (the requester tries 2.0.0 first)
+        return undefined
+      }
+    }
   })
 }
 

@@ -108,6 +108,13 @@ export interface RequestContext {
   method: string
   /** Aborted when the requester cancels or the handler runs out of time */
   signal: AbortSignal
+  /**
+   * False when the request's payload is not in canonical DAG-CBOR form
+   * although the transport accepted it: a float in it holds an integral
+   * value (spec/transport.md 5; every other non-canonical form is refused
+   * by the transport itself)
+   */
+  canonical?: boolean
 }
 
 /** Answers one request with one response */

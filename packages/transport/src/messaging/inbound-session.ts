@@ -148,6 +148,7 @@ export class InboundSession {
       connection,
       protocol,
       method: frame.method,
+      canonical: frame.nonCanonical !== true,
       get signal () { return req.signal }
     }
 

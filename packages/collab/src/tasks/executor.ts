@@ -18,8 +18,9 @@ import {
   ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
 } from '../auth/envelope.js'
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
+import { SessionRegistry, onBind, onChallenge } from '../auth/session-registry.js'
 import {
-  ApprovalRequiredError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
+  ApprovalRequiredError, CollabError, DeadlineExceededError, EnvelopeRequiredError, InvalidEnvelopeError, SessionRequiredError,
   NoProviderError, ResultNotEncodableError, UnauthorizedError, UnknownTaskError
 } from '../errors.js'
 import { TaskAdmission, addressKey } from './admission.js'
@@ -34,7 +35,6 @@ import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parse
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
-import type { Envelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
 import type { Retained } from './retention.js'
@@ -64,6 +64,12 @@ function signalOf (live: Live): AbortSignal {
   return live.controller.signal
 }
 
+/** How a submit arrived: on a connection (its id), or in-process from this node's own agents */
+export interface SubmitVia {
+  connection?: string
+  local?: boolean
+}
+
 export class TaskExecutor {
   private readonly components: TaskServiceComponents
   private readonly store: TaskStore
@@ -83,6 +89,8 @@ export class TaskExecutor {
   private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly verification: VerificationCache
+  /** Session mode: challenges and bindings by connection (spec 2.6) */
+  private readonly sessions: SessionRegistry
   private readonly onEvent?: (event: ExecutorEvent) => void
   /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
   subtasks?: SubtaskCaller
@@ -128,6 +136,9 @@ export class TaskExecutor {
     this.abandonAfter = init.abandonAfter ?? 3 * this.lease
     if (!Number.isFinite(this.abandonAfter) || this.abandonAfter < this.lease) throw new RangeError('abandonAfter must be at least leaseInterval')
     this.log = components.logger.forComponent('ioa:collab:executor')
+    this.sessions = new SessionRegistry(init.session ?? {}, {
+      clockSkew: this.clockSkew, verificationCache: this.verification, log: components.logger.forComponent('ioa:collab:session')
+    })
     this.onEvent = init.onEvent
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
       this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
@@ -182,7 +193,13 @@ export class TaskExecutor {
       this.retention.load(finished)
       this.retention.start()
       const m = this.components.messaging
-      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), { connection: ctx.connection.id }))
+      if (this.sessions.enabled) {
+        // session mode (spec 2.6); registered on the task protocol's id
+        const log = this.components.logger.forComponent('ioa:collab:session')
+        await m.handle(TASK_PROTOCOL, 'challenge', async (payload, ctx) => onChallenge(this.sessions, payload, ctx))
+        await m.handle(TASK_PROTOCOL, 'bind', async (payload, ctx) => onBind(this.sessions, this.selfPeer(), payload, ctx, log))
+      }
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
@@ -221,7 +238,7 @@ export class TaskExecutor {
       skills = new Map()
       this.served.set(agentDid, skills)
     }
-    skills.set(skill, { handler, policy: options.policy })
+    skills.set(skill, { handler, policy: options.policy, ...(options.requireEnvelope === true ? { requireEnvelope: true } : {}) })
     await this.start()
   }
 
@@ -371,13 +388,21 @@ export class TaskExecutor {
    * task gets `sub` attached before anything runs, so its stream shows every
    * state from `submitted` on.
    */
-  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string): Promise<Live | TaskRecord> {
-    const { checked, rawBody } = checkSubmit(payload)
-    const envelope: Envelope = checked.envelope
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string, via?: SubmitVia): Promise<Live | TaskRecord> {
+    const local = via?.local === true
+    const { checked, rawBody } = checkSubmit(payload, { unsigned: this.sessions.enabled || local })
+    const envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload
     const served = this.served.get(p.to)?.get(p.skill)
     if (served == null) throw new NoProviderError(`Agent ${p.to} does not serve ${p.skill} on this node`)
+    if (envelope.sig == null && (served.requireEnvelope === true || this.sessions.requiresEnvelope(p.skill))) {
+      throw new EnvelopeRequiredError(`${p.skill} requires a signed envelope`)
+    }
+    // session mode: the sender's binding on this connection (an agent hosted here, in-process)
+    const session = local
+      ? (from: Did) => { if (!this.components.interconnect.agents().some(a => a.did === from)) throw new SessionRequiredError(`${from} is not hosted on this node`) }
+      : (from: Did) => { this.sessions.check(via?.connection, from) }
 
     const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
     const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
@@ -389,7 +414,8 @@ export class TaskExecutor {
       ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
       ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
       ...(this.roots != null ? { roots: this.roots } : {}),
-      verificationCache: this.verification
+      verificationCache: this.verification,
+      session
     })
 
     const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean, first?: Promise<void> }> => {
@@ -614,11 +640,11 @@ export class TaskExecutor {
   }
 
   /** @internal also called in-process by the requester for a local agent */
-  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string): AsyncGenerator<TaskEvent> {
+  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, via?: SubmitVia): AsyncGenerator<TaskEvent> {
     const sub = new Subscriber()
     let task: Live | TaskRecord
     try {
-      task = await this.accept(payload, peer, sub, address)
+      task = await this.accept(payload, peer, sub, address, via)
     } catch (err) {
       this.refused(payload, peer, err)
       throw err

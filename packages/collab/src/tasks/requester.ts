@@ -8,7 +8,8 @@ import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope } from '../auth/envelope.js'
+import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope, createUnsignedEnvelope } from '../auth/envelope.js'
+import { SessionClient, isEnvelopeRefusal, isSessionRefusal, withFallback } from '../auth/session-client.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
 } from '../errors.js'
@@ -21,6 +22,8 @@ import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, Task
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
 import type { Approval } from '../auth/policy.js'
+import type { AuthMode } from '../auth/session-client.js'
+import type { EnvelopeInit } from '../auth/envelope.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
@@ -51,6 +54,10 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly peerIds: BoundedMap<string, PeerId>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
+  /** How requests are authenticated unless `submit` says otherwise (spec 2.6) */
+  private readonly auth: AuthMode
+  /** Session bindings of this node's agents at executor peers */
+  private readonly sessions: SessionClient
 
   constructor (components: TaskServiceComponents, executor: TaskExecutor, init: TaskServiceInit = {}) {
     this.components = components
@@ -63,6 +70,11 @@ export class TaskRequester implements LeaseWatchHost {
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
+    this.auth = init.auth ?? 'session'
+    if (this.auth !== 'session' && this.auth !== 'envelope') throw new RangeError('auth must be session or envelope')
+    this.sessions = new SessionClient(init.sessionClient ?? {}, async (peer, method, payload, signal) => {
+      return await this.components.messaging.request(this.peerId(peer), TASK_PROTOCOL, method, payload, { signal, timeout: this.requestTimeout })
+    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'))
   }
 
 
@@ -107,7 +119,7 @@ export class TaskRequester implements LeaseWatchHost {
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
     if (peer === 'local') {
       const source = method === 'submit'
-        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal)
+        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
         : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal)
       return (async function * () {
         for await (const e of source) yield roundTrip(e)
@@ -194,13 +206,14 @@ export class TaskRequester implements LeaseWatchHost {
     const bodyBytes = checkBody(body, this.limits.maxBodyBytes).bytes
     const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
 
+    const auth = options.auth ?? this.auth
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
-      const envelope = await createEnvelope(identity, {
+      const init: EnvelopeInit = {
         to, skill: request.skill, task: taskId, body, ...(bodyBytes != null ? { bodyBytes } : {}), proofs: request.proofs, issuedAt: iat, expiresAt: exp
-      })
-      return this.openStream(peer, 'submit', { envelope, body }, signal)
+      }
+      return await this.openSubmit(peer, identity, init, body, auth, signal)
     }
     if (request.idempotencyKey == null) {
       yield * this.watch(to, taskId, open, options.signal)
@@ -219,6 +232,34 @@ export class TaskRequester implements LeaseWatchHost {
       shared = created
     }
     yield * shared.join(options.signal)
+  }
+
+  /**
+   * Open a submit stream in the mode asked for (spec 2.6): signed, or
+   * unsigned under the agent's session binding at `peer` (made first when
+   * needed). An unsigned submit refused for its binding is sent again once
+   * after binding again; one refused with `ENVELOPE_REQUIRED` is sent again
+   * signed (and that skill of that agent is sent signed from then on).
+   */
+  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal): Promise<AsyncGenerator<unknown>> {
+    const signed = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', { envelope: await createEnvelope(identity, init), body }, signal)
+    const local = peer === 'local'
+    if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
+    if (!local && !await this.sessions.ensure(peer, identity, signal)) return await signed()
+    const unsigned = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', { envelope: await createUnsignedEnvelope(identity.did, init), body }, signal)
+    return withFallback(await unsigned(), async (err) => {
+      if (isEnvelopeRefusal(err)) {
+        this.log('%s requires envelope mode for %s: sending task %s signed', init.to, init.skill, init.task)
+        this.sessions.requireEnvelope(peer, init.to, init.skill)
+        return await signed()
+      }
+      if (!local && isSessionRefusal(err)) {
+        this.log('%s has no live binding of %s (%s): binding again for task %s', peer, identity.did, (err as { code?: string }).code, init.task)
+        this.sessions.forget(peer, identity.did)
+        return await this.sessions.ensure(peer, identity, signal) ? await unsigned() : await signed()
+      }
+      return undefined
+    })
   }
 
   async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {

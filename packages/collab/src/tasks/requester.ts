@@ -238,8 +238,9 @@ export class TaskRequester implements LeaseWatchHost {
    * Open a submit stream in the mode asked for (spec 2.6): signed, or
    * unsigned under the agent's session binding at `peer` (made first when
    * needed). An unsigned submit refused for its binding is sent again once
-   * after binding again; one refused with `ENVELOPE_REQUIRED` is sent again
-   * signed (and that skill of that agent is sent signed from then on).
+   * after binding again (then signed if refused again); one refused with
+   * `ENVELOPE_REQUIRED` is sent again signed (and that skill of that agent
+   * is sent signed from then on).
    */
   private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal): Promise<AsyncGenerator<unknown>> {
     const signed = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', { envelope: await createEnvelope(identity, init), body }, signal)
@@ -256,7 +257,9 @@ export class TaskRequester implements LeaseWatchHost {
       if (!local && isSessionRefusal(err)) {
         this.log('%s has no live binding of %s (%s): binding again for task %s', peer, identity.did, (err as { code?: string }).code, init.task)
         this.sessions.forget(peer, identity.did)
-        return await this.sessions.ensure(peer, identity, signal) ? await unsigned() : await signed()
+        if (!await this.sessions.ensure(peer, identity, signal)) return await signed()
+        // refused again (the request went on another connection than the binding): signed
+        return withFallback(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
       }
       return undefined
     })

@@ -165,8 +165,11 @@ describe('session mode over TCP', () => {
     const ok = await rawSubmit(pair.requester, id, token, 'travel.hotel.book')
     expect(ok[ok.length - 1].task.state).toBe('completed')
 
-    // a new connection between the same peers
+    // a new connection between the same peers; the executor forgets the closed one's session state
+    const sessions = (tsE as unknown as { executor: { sessions: SessionRegistry } }).executor.sessions
+    expect(sessions.stats().connections).toBeGreaterThan(0)
     await pair.requester.hangUp(pair.executor.peerId)
+    await until(() => sessions.stats().connections === 0 ? true : undefined, { interval: 20, timeout: 10_000, what: 'the closed connection forgotten' })
     await pair.requester.dial(pair.executor.getMultiaddrs())
     // the binding did not survive its connection
     let err = await refusal(rawSubmit(pair.requester, id, token, 'travel.hotel.book'))

@@ -15,6 +15,7 @@ import { collect, ed25519KeyFromSeed, fromHex, readSpecBlock, rejectionOf, toHex
 import { delegate } from '../src/auth/delegation.js'
 import { createEnvelope, createUnsignedEnvelope } from '../src/auth/envelope.js'
 import { SESSION_PREFIX, bindingSigningBytes, createBinding, parseBinding, verifyBinding } from '../src/auth/session.js'
+import { SessionClient } from '../src/auth/session-client.js'
 import { SessionRegistry } from '../src/auth/session-registry.js'
 import { VerificationCache } from '../src/auth/verification-cache.js'
 import { fromRemote } from '../src/errors.js'
@@ -398,5 +399,40 @@ describe('spec/collab-tasks.md 2.6.7 session vectors', () => {
     const { checked } = checkSubmit({ envelope: dagCbor.decode(fromHex(v.unsigned.hex)), body: { input: null } }, { unsigned: true })
     expect(checked.envelope.sig).toBeUndefined()
     expect(checked.envelope.payload).toEqual(signed.payload)
+  })
+})
+
+describe('session client (requester side)', () => {
+  const log = defaultLogger().forComponent('test')
+  const P = '12D3KooWPT98FXMfDQYavZm66EeVjTqP9Nnehn1gyaydqV8L8BQw'
+  const Q = '12D3KooWHFd1gyNYFqxt7ke9FY2VoVVWY2XSPhvL9vg2pB6wQGfa'
+
+  it('binds once for concurrent requests, renews a binding near its expiry, and remembers executors without session mode', async () => {
+    const agent = await createIdentity()
+    const calls: string[] = []
+    let ttl = 0
+    const client = new SessionClient({ bindingTtl: 10_000, renewBefore: 2_000 }, async (peer, method, payload) => {
+      calls.push(`${peer} ${method}`)
+      if (peer === 'old') throw Object.assign(new Error('no such method'), { code: 'UNKNOWN_METHOD' })
+      if (method === 'challenge') return { challenge: new Uint8Array(16).fill(1), maxTtl: 60_000 }
+      const b = parseBinding((payload as { binding: unknown }).binding).payload
+      ttl = b.exp - b.iat
+      return { agent: b.agent, exp: b.exp - 8_500 }
+    }, P, log)
+    expect(await Promise.all([client.ensure(Q, agent), client.ensure(Q, agent), client.ensure(Q, agent)])).toEqual([true, true, true])
+    expect(calls).toEqual([`${Q} challenge`, `${Q} bind`])
+    expect(ttl).toBe(10_000)
+    // the executor granted 1.5 s: less than renewBefore left, so the next request binds again
+    expect(await client.ensure(Q, agent)).toBe(true)
+    expect(calls).toHaveLength(4)
+    client.forget(Q, agent.did)
+    expect(await client.ensure(Q, agent)).toBe(true)
+    expect(calls).toHaveLength(6)
+    // a peer without session mode: asked once, then signed
+    expect(await client.ensure('old', agent)).toBe(false)
+    expect(await client.ensure('old', agent)).toBe(false)
+    expect(calls.filter(c => c.startsWith('old'))).toEqual(['old challenge'])
+    expect(client.stats()).toMatchObject({ unsupported: 1 })
+    expect(() => new SessionClient({ bindingTtl: 86_400_001 }, async () => ({}), P, log)).toThrow(RangeError)
   })
 })

@@ -10,9 +10,11 @@
  *   Yamux) framed with `lpStream`, or read through its 'message' events and
  *   written with `send` (bench/echo-wire.js)
  * - `messaging`: an @ioa/transport messaging request to an echo handler
- * - `task-envelope`: `IoaNode.submit` of a task with a signed envelope and a
- *   delegation user → requester, to an agent hosted with an echo handler,
- *   until the stream ends with `completed`
+ * - `task`: `IoaNode.submit` of a task in session mode (spec/collab-tasks.md
+ *   2.6: no signature per request, the requester agent's binding made once
+ *   on the connection) and a delegation user → requester, to an agent hosted
+ *   with an echo handler, until the stream ends with `completed`
+ * - `task-envelope`: the same with a signed envelope per request
  * - `a2a`: blocking SendMessage of the official @a2a-js/sdk client to its
  *   server pieces on express; the executor publishes one completed Task
  */
@@ -91,12 +93,13 @@ function libp2pPath (serve, wrap) {
 }
 
 /**
- * The `task-envelope` path with the stack `load()` gives (`createIoaNode`,
- * `createIdentity`, `delegate`): this checkout's, or IOA_BENCH_BEFORE's.
- * With `v1Only` the executor serves `/ioa/task/1.0.0` only (the requester
- * falls back to it): the wire of version 1 with this checkout's code.
+ * The `task` path (`auth`: 'session') or `task-envelope` path ('envelope')
+ * with the stack `load()` gives (`createIoaNode`, `createIdentity`,
+ * `delegate`): this checkout's, or IOA_BENCH_BEFORE's (which may not know
+ * `auth`). With `v1Only` the executor serves `/ioa/task/1.0.0` only (the
+ * requester falls back to it): the wire of version 1 with this checkout's code.
  */
-export function taskEnvelopePath (load, { v1Only = false } = {}) {
+export function taskEnvelopePath (load, { v1Only = false, auth = 'envelope' } = {}) {
   return {
     async serve () {
       const { createIoaNode } = await load()
@@ -118,7 +121,7 @@ export function taskEnvelopePath (load, { v1Only = false } = {}) {
         async call (n) {
           const input = { n, text: textOf(n) }
           let last
-          for await (const event of node.submit(requester, agent, { skill: SKILL, input, proofs: [grant] }, { signal: AbortSignal.timeout(CALL_TIMEOUT) })) {
+          for await (const event of node.submit(requester, agent, { skill: SKILL, input, proofs: [grant] }, { signal: AbortSignal.timeout(CALL_TIMEOUT), auth })) {
             if (event.type === 'status' || event.type === 'artifact') last = event.task
           }
           if (last?.state !== 'completed' || last.result?.n !== n || last.result?.text !== input.text) {
@@ -172,9 +175,7 @@ export const paths = {
     }
   },
 
-  // `task` (session mode, issue 15) goes here once the task protocol has it:
-  // the same submit as `task-envelope` with the session binding instead of a
-  // signature per request.
+  task: taskEnvelopePath(loadHere, { auth: 'session' }),
 
   'task-envelope': taskEnvelopePath(loadHere),
 

@@ -3,8 +3,10 @@
 // call, each path between a server and a client OS process of its own on
 // 127.0.0.1 (bench/cross-process.js; the paths are in bench/task-paths.js):
 //
-//   task-envelope  IoaNode.submit, signed envelope + delegation, until completed (/ioa/task/2.0.0)
-//   task-v1        the same with an executor of /ioa/task/1.0.0 only (the version 1 wire, in the same run)
+//   task           IoaNode.submit in session mode (one binding per connection,
+//                  no signature per request) + delegation, until completed (/ioa/task/2.0.0)
+//   task-envelope  the same with a signed envelope per request
+//   task-v1        task-envelope with an executor of /ioa/task/1.0.0 only (the version 1 wire, in the same run)
 //   libp2p         the baseline: the cheaper of libp2p-lp and libp2p-events
 //   libp2p-lp      a long-lived libp2p stream, lpStream framing
 //   libp2p-events  the same stream read through its 'message' events
@@ -19,10 +21,6 @@
 // each with its ratio to `libp2p`; the targets of issue 15 that compare with
 // A2A are on rows `<path>.<metric>.vs-a2a` (baseline: the `a2a` value).
 //
-// `task.*` (session mode) does not exist yet: its rows and targets are
-// ready here (SESSION_TARGETS) for when the task protocol has the mode and
-// task-paths.js a `task` path.
-//
 //   node --import ./scripts/polyfill.js bench/index.js --group task [--quick] [--json]
 //   IOA_BENCH_PROF=/tmp/prof node --import ./scripts/polyfill.js bench/index.js --group task --path task-envelope
 import { compareCrossProcess, openCrossProcessPath } from './cross-process.js'
@@ -30,7 +28,7 @@ import { row } from './measure.js'
 
 const PATHS_MODULE = new URL('./task-paths.js', import.meta.url).href
 /** Paths measured, in this order (`--path` picks some; `libp2p` is both libp2p variants) */
-const PATHS = ['task-envelope', 'task-v1', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
+const PATHS = ['task', 'task-envelope', 'task-v1', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
 const LIBP2P_VARIANTS = ['libp2p-lp', 'libp2p-events']
 /** Concurrent callers of the throughput rows */
 const DEPTH = 16
@@ -57,7 +55,7 @@ const ENVELOPE_TARGETS = {
   'rtt.median': { a2a: { max: 0.7 } },
   [`throughput.${DEPTH}`]: { a2a: { min: 2 } }
 }
-/** Session mode's targets, for the `task` path once it exists */
+/** Session mode's targets (the `task` path) */
 const SESSION_TARGETS = {
   'rtt.median': { libp2p: { max: 1.5 }, a2a: { max: 0.5 } },
   'rtt.p99': { a2a: { max: 0.5 } },
@@ -91,7 +89,7 @@ function toRows (m) {
     }
     byPath.set('libp2p', best)
   }
-  const order = ['task', 'task-envelope', 'task-v1', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task-'))]
+  const order = ['task', 'task-envelope', 'task-v1', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task'))]
   const rows = []
   for (const path of order.filter(p => byPath.has(p))) {
     const values = byPath.get(path)

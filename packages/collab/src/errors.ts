@@ -126,13 +126,34 @@ export class NonCanonicalError extends withCode(CollabError, 'NON_CANONICAL', 'R
   static override name = 'NonCanonicalError'
 }
 
+/** A session binding is malformed, or not for this connection, requester or executor (spec/collab-tasks.md 2.6) */
+export class InvalidSessionError extends withCode(CollabError, 'INVALID_SESSION', 'Invalid session binding') {
+  static override name = 'InvalidSessionError'
+}
+
+/** The session binding of the request's sender has expired: bind again (spec/collab-tasks.md 2.6) */
+export class SessionExpiredError extends withCode(CollabError, 'SESSION_EXPIRED', 'Session binding expired') {
+  static override name = 'SessionExpiredError'
+}
+
+/** An unsigned (session-mode) request whose sender has no binding on this connection: bind first (spec/collab-tasks.md 2.6) */
+export class SessionRequiredError extends withCode(CollabError, 'SESSION_REQUIRED', 'Session binding required') {
+  static override name = 'SessionRequiredError'
+}
+
+/** The skill requires envelope mode (a per-request signature): send the request signed (spec/collab-tasks.md 2.6) */
+export class EnvelopeRequiredError extends withCode(CollabError, 'ENVELOPE_REQUIRED', 'Signed envelope required') {
+  static override name = 'EnvelopeRequiredError'
+}
+
 /** The classes whose codes `fromRemote` turns back into them */
 const FAMILY = new ErrorFamily<CollabError>(CollabError).register(
   InvalidTokenError, TokenExpiredError, TokenNotYetValidError, EscalationError, PrincipalMismatchError, ChainTooDeepError,
   RevokedError, InvalidSignatureError, InvalidEnvelopeError, ReplayError, EnvelopeExpiredError, UnauthorizedError,
   PolicyDeniedError, ApprovalRequiredError, DeadlineExceededError, BudgetExceededError, UnknownTaskError, InvalidPlanError,
   PlannerFailedError, NoProviderError, StepFailedError, RevocationQuotaError, ResultNotEncodableError,
-  InvalidTraceError, NonCanonicalError
+  InvalidTraceError, NonCanonicalError,
+  InvalidSessionError, SessionExpiredError, SessionRequiredError, EnvelopeRequiredError
 )
 
 /**

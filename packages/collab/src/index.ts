@@ -50,6 +50,10 @@ export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits } from '.
 export { createTaskService, taskService, LeaseLapsedError } from './tasks/service.js'
 export type { TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TraceContext } from './tasks/service.js'
 export type { TaskRetentionInit } from './tasks/retention.js'
+// issue 15: session mode (spec/collab-tasks.md 2.6); bindings themselves are in `@ioa/collab/wire`
+export { InvalidSessionError, SessionExpiredError, SessionRequiredError, EnvelopeRequiredError } from './errors.js'
+export type { SessionInit } from './auth/session-registry.js'
+export type { AuthMode, SessionClientInit } from './auth/session-client.js'
 export { createTaskGateway, TaskProtocolInUseError } from './tasks/gateway.js'
 export type { TaskGateway, TaskGatewayInit, TaskGatewayStats, RelayEvent } from './tasks/gateway.js'
 export { createOrchestrator, UnknownRunError, DuplicateRunError, OrchestratorStoppedError } from './orchestration/orchestrator.js'

@@ -28,6 +28,13 @@ export {
 export type {
   Envelope, EnvelopePayload, EnvelopeInit, ReplayCacheInit, ReplayCacheStats, ReplayOutcome, VerifyEnvelopeOptions, VerifiedEnvelope
 } from './auth/envelope.js'
+// session mode (spec/collab-tasks.md 2.6)
+export { createUnsignedEnvelope } from './auth/envelope.js'
+export type { UnsignedEnvelope } from './auth/envelope.js'
+export {
+  createBinding, parseBinding, verifyBinding, bindingSigningBytes, SESSION_PREFIX, SESSION_LIMITS, DEFAULT_BINDING_TTL
+} from './auth/session.js'
+export type { SessionBinding, SessionBindingPayload, BindingInit, VerifyBindingOptions } from './auth/session.js'
 export { evaluatePolicy, parseApproval, approvalSigningBytes, APPROVAL_PREFIX, DEFAULT_APPROVAL_TTL } from './auth/policy.js'
 export type { ApprovalPayload } from './auth/policy.js'
 export {

@@ -30,7 +30,11 @@ const EXPECTED: Array<[string, string, string]> = [
   ['NoProviderError', 'NO_PROVIDER', 'No provider for a capability'],
   ['StepFailedError', 'STEP_FAILED', 'Plan step failed'],
   ['RevocationQuotaError', 'REVOCATION_QUOTA', 'Revocation store quota exceeded'],
-  ['ResultNotEncodableError', 'RESULT_NOT_ENCODABLE', 'Result is not encodable']
+  ['ResultNotEncodableError', 'RESULT_NOT_ENCODABLE', 'Result is not encodable'],
+  ['InvalidSessionError', 'INVALID_SESSION', 'Invalid session binding'],
+  ['SessionExpiredError', 'SESSION_EXPIRED', 'Session binding expired'],
+  ['SessionRequiredError', 'SESSION_REQUIRED', 'Session binding required'],
+  ['EnvelopeRequiredError', 'ENVELOPE_REQUIRED', 'Signed envelope required']
 ]
 
 describe('collab errors', () => {

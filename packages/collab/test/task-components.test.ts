@@ -59,7 +59,10 @@ describe('task service on stubbed components', () => {
       ctx.progress('echoing')
       return { echo: input, caller: ctx.caller }
     })
-    expect(messaging.registered.sort()).toEqual([TASK_PROTOCOL, TASK_PROTOCOL_V2].flatMap(p => ['approve', 'cancel', 'get', 'resubscribe', 'submit'].map(m => `${p} ${m}`)))
+    expect(messaging.registered.sort()).toEqual([
+      ...['approve', 'cancel', 'get', 'resubscribe', 'submit'].map(m => `${TASK_PROTOCOL} ${m}`),
+      ...['approve', 'bind', 'cancel', 'challenge', 'get', 'resubscribe', 'submit'].map(m => `${TASK_PROTOCOL_V2} ${m}`)
+    ])
 
     const token = await delegate(root, { audience: alice.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 60_000 })
     const task = await service.submitAndWait(alice.did, bob.did, { skill: 'test.echo', input: { x: 1 }, proofs: [token] })

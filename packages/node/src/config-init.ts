@@ -59,7 +59,9 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       abandonAfter: c.tasks?.abandonAfter,
       ...(c.tasks != null ? taskLimitsOf(c.tasks) : {}),
       ...(c.tasks?.retention != null ? { retention: c.tasks.retention } : {}),
-      ...constraintsOf(c.tasks?.enforceConstraints)
+      ...constraintsOf(c.tasks?.enforceConstraints),
+      ...(c.tasks?.requireEnvelope != null ? { session: { requireEnvelope: c.tasks.requireEnvelope } } : {}),
+      ...(c.tasks?.auth != null ? { auth: c.tasks.auth } : {})
     },
     ...(c.management != null ? { management: { ...c.management } } : {}),
     ...(c.gateway != null

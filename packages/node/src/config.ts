@@ -79,6 +79,18 @@ const TasksConfig = z.object({
   }).strict()]).optional(),
   /** Tasks that wait for their root principal's approval (spec/collab-tasks.md 4.2) @default [] (none) */
   approvals: z.array(ApprovalRule).max(64).optional(),
+  /**
+   * Skills (names or patterns) whose requests must carry their own signature
+   * (envelope mode: payments, anything audited); a session-mode request for
+   * one is refused with ENVELOPE_REQUIRED (spec/collab-tasks.md 2.6.5) @default [] (none)
+   */
+  requireEnvelope: z.array(SkillPattern).max(64).optional(),
+  /**
+   * How this node's agents authenticate their requests: `session` (a binding
+   * signed once per connection, where the executor serves it) or `envelope`
+   * (every request signed) (spec/collab-tasks.md 2.6) @default 'session'
+   */
+  auth: z.enum(['session', 'envelope']).optional(),
   /** Longest delegation chain @default 8 */
   maxDepth: z.number().int().min(1).max(32).optional(),
   /** Clock skew tolerated on token and envelope times, ms @default 30_000 */

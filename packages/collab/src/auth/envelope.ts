@@ -17,7 +17,7 @@ import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, v
 import { defaultVerificationCache } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
 import {
-  EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, UnauthorizedError
+  EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
 import { signWith } from './ed25519.js'
 import { ReplayCache } from './replay-cache.js'
@@ -77,6 +77,15 @@ export interface EnvelopePayload {
 export interface Envelope {
   payload: EnvelopePayload
   sig: Uint8Array
+}
+
+/**
+ * A session-mode envelope (spec 2.6): the payload without a signature; the
+ * sender's session binding on the connection vouches for it
+ */
+export interface UnsignedEnvelope {
+  payload: EnvelopePayload
+  sig?: undefined
 }
 
 export interface EnvelopeInit {
@@ -152,10 +161,26 @@ const ENVELOPE_OVERHEAD = 1 + 4 + 2 + 64 + 8
  * Create and sign an envelope for a request body
  */
 export async function createEnvelope (sender: Identity, init: EnvelopeInit): Promise<Envelope> {
+  const { payload, bytes } = await envelopePayload(sender.did, init)
+  const sig = await signWith(sender, withPrefix(bytes))
+  return { payload, sig }
+}
+
+/**
+ * Create a session-mode envelope (spec 2.6): the same payload as
+ * `createEnvelope`, not signed; valid only on a connection where `sender`
+ * holds a session binding
+ */
+export async function createUnsignedEnvelope (sender: Did, init: EnvelopeInit): Promise<UnsignedEnvelope> {
+  return { payload: (await envelopePayload(sender, init)).payload }
+}
+
+/** An envelope payload from `from` and its DAG-CBOR encoding, checked as a receiver would */
+async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payload: EnvelopePayload, bytes: Uint8Array }> {
   const iat = init.issuedAt ?? Date.now()
   const payload: EnvelopePayload = {
     v: 1,
-    from: sender.did,
+    from,
     to: init.to,
     skill: init.skill,
     task: init.task,
@@ -168,9 +193,7 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
   // refuse to sign what a receiver would refuse to accept (the same checks as
   // parseEnvelope; the proofs were just checked, the payload is encoded once)
   checkPayloadFields(payload as unknown as Record<string, unknown>)
-  const bytes = encodePayload(payload)
-  const sig = await signWith(sender, withPrefix(bytes))
-  return { payload, sig }
+  return { payload, bytes: encodePayload(payload) }
 }
 
 function isTime (v: unknown): v is number {
@@ -182,12 +205,14 @@ function isTime (v: unknown): v is number {
  * Throws `InvalidEnvelopeError` for anything malformed.
  */
 export function parseEnvelope (raw: unknown): Envelope {
-  return checkEnvelope(raw).envelope
+  // (signed: checkEnvelope refuses an envelope without sig unless asked not to)
+  return checkEnvelope(raw).envelope as Envelope
 }
 
 /** @internal A parsed envelope, its proofs as checked tokens, and the DAG-CBOR encoding of its payload */
 export interface CheckedEnvelope {
-  envelope: Envelope
+  /** Without `sig` only when checked with `unsigned` (a session-mode request) */
+  envelope: Envelope | UnsignedEnvelope
   proofs: CheckedToken[]
   payloadBytes: Uint8Array
 }
@@ -231,21 +256,26 @@ function encodePayload (payload: EnvelopePayload): Uint8Array {
   return bytes
 }
 
-/** @internal `parseEnvelope`, keeping the checked tokens and the payload's encoding */
-export function checkEnvelope (raw: unknown): CheckedEnvelope {
+/**
+ * @internal `parseEnvelope`, keeping the checked tokens and the payload's
+ * encoding; with `unsigned`, an envelope without `sig` (session mode, spec
+ * 2.6) is accepted too
+ */
+export function checkEnvelope (raw: unknown, options: { unsigned?: boolean } = {}): CheckedEnvelope {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Envelope must be a map')
   const { payload, sig, ...extra } = raw
   if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError(`Unknown envelope fields: ${Object.keys(extra).slice(0, 5).join(', ')}`)
-  if (!(sig instanceof Uint8Array) || sig.length !== 64) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
+  const unsigned = options.unsigned === true && !('sig' in raw)
+  if (!unsigned && (!(sig instanceof Uint8Array) || sig.length !== 64)) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
   if (!isMap(payload)) throw new InvalidEnvelopeError('Envelope payload must be a map')
   checkPayloadFields(payload)
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload as unknown as EnvelopePayload
   // each token is checked for shape and limits (INVALID_TOKEN); verifyChain checks the rest
   const checked = (proofs as unknown[]).map(t => checkToken(t))
   const tokens: Token[] = checked.map(c => c.token)
-  const env: Envelope = {
+  const env: Envelope | UnsignedEnvelope = {
     payload: { v, from, to, skill, task, nonce, iat, exp, body, proofs: tokens },
-    sig
+    ...(unsigned ? {} : { sig: sig as Uint8Array })
   }
   const payloadBytes = encodePayload(env.payload)
   return { envelope: env, proofs: checked, payloadBytes }
@@ -279,6 +309,13 @@ export interface VerifyEnvelopeOptions {
    * @default the process-wide `defaultVerificationCache`
    */
   verificationCache?: VerificationCache
+  /**
+   * Session mode (spec 2.6): called for an envelope without `sig` in place of
+   * check 4, throws unless the sender holds a valid binding on the
+   * request's connection (`SESSION_REQUIRED`, `SESSION_EXPIRED`); without
+   * it, an unsigned envelope is refused with `SESSION_REQUIRED`
+   */
+  session?: (from: Did) => void
 }
 
 export interface VerifiedEnvelope {
@@ -321,7 +358,11 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
   if (p.exp + skew < now) throw new EnvelopeExpiredError(`Envelope expired at ${p.exp}`)
 
   const cache = options.verificationCache ?? defaultVerificationCache
-  if (!await cache.verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
+  if (env.sig == null) {
+    // session mode: the sender's binding on this connection stands for the signature
+    if (options.session == null) throw new SessionRequiredError('An unsigned envelope needs a session binding')
+    options.session(p.from)
+  } else if (!await cache.verifySignature(p.from, withPrefix(checked.payloadBytes), env.sig)) {
     throw new InvalidSignatureError('Envelope signature does not verify')
   }
   // a replay is refused before any further work; the nonce itself is only

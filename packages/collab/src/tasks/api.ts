@@ -11,6 +11,8 @@ import type { TaskRetentionInit } from './retention.js'
 import type { TraceContext } from './wire-v2.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
+import type { SessionInit } from '../auth/session-registry.js'
+import type { AuthMode, SessionClientInit } from '../auth/session-client.js'
 import type { ComponentLogger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
@@ -97,6 +99,16 @@ export interface TaskScope {
 
 export interface SubmitOptions {
   signal?: AbortSignal
+  /**
+   * How the request is authenticated (spec 2.6): `session` (no per-request
+   * signature; the agent's binding on the connection, made once) where the
+   * executor serves it, else `envelope` (signed); `envelope` always signs.
+   * A session-mode request refused with `ENVELOPE_REQUIRED` is sent again
+   * signed, once.
+   *
+   * @default the service's `auth` (`session`)
+   */
+  auth?: AuthMode
   /** The task this one is a subtask of: deadline ≤ parent's, budget taken from the parent's */
   parent?: TaskScope
   /**
@@ -150,6 +162,14 @@ export type SkillHandler = (input: unknown, ctx: SkillContext) => unknown
 export interface ServeOptions {
   /** Policy for this skill, applied after the service's own policy */
   policy?: Policy
+  /**
+   * Requests for this skill must carry their own signature (envelope mode:
+   * payments, anything audited); a session-mode request is refused with
+   * `ENVELOPE_REQUIRED` (spec 2.6)
+   *
+   * @default false
+   */
+  requireEnvelope?: boolean
 }
 
 /**
@@ -236,6 +256,17 @@ export interface TaskServiceInit {
   limits?: Partial<TaskLimits>
   /** How long and how many finished tasks (and their idempotency keys) are kept (spec 9.1) */
   retention?: TaskRetentionInit
+  /** Executor side: session mode (spec 2.6): its bounds and the skills that require envelope mode */
+  session?: SessionInit
+  /**
+   * Requester side: how requests are authenticated unless `submit` says
+   * otherwise: `session` where the executor serves it, else `envelope`
+   *
+   * @default 'session'
+   */
+  auth?: AuthMode
+  /** Requester side: session bindings of this node's agents (spec 2.6) */
+  sessionClient?: SessionClientInit
   /**
    * Requester side: tasks whose executor peer is remembered for `get`,
    * `cancel` and `resubscribe` (least recently used forgotten first; a

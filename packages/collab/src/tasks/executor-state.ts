@@ -30,6 +30,8 @@ export function taskKey (agent: Did, id: string): string {
 export interface Served {
   handler: SkillHandler
   policy?: Policy
+  /** Requests must carry their own signature (envelope mode, spec 2.6) */
+  requireEnvelope?: boolean
 }
 
 export class Subscriber {

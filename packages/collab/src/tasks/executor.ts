@@ -18,8 +18,9 @@ import {
   ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
 } from '../auth/envelope.js'
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
+import { SessionRegistry, onBind, onChallenge } from '../auth/session-registry.js'
 import {
-  ApprovalRequiredError, CollabError, DeadlineExceededError, InvalidEnvelopeError,
+  ApprovalRequiredError, CollabError, DeadlineExceededError, EnvelopeRequiredError, InvalidEnvelopeError, SessionRequiredError,
   NoProviderError, NonCanonicalError, ResultNotEncodableError, UnauthorizedError, UnknownTaskError
 } from '../errors.js'
 import { TaskAdmission, addressKey } from './admission.js'
@@ -36,7 +37,7 @@ import type { TraceContext } from './wire-v2.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
-import type { CheckedEnvelope, Envelope } from '../auth/envelope.js'
+import type { CheckedEnvelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
 import type { Retained } from './retention.js'
@@ -74,6 +75,14 @@ function signalOf (live: Live): AbortSignal {
   return live.controller.signal
 }
 
+/** How a submit arrived: on a connection (its id, the protocol version, whether its bytes were canonical), or in-process from this node's own agents */
+export interface SubmitVia {
+  version?: 1 | 2
+  canonical?: boolean
+  connection?: string
+  local?: boolean
+}
+
 export class TaskExecutor {
   private readonly components: TaskServiceComponents
   private readonly store: TaskStore
@@ -95,6 +104,8 @@ export class TaskExecutor {
   private readonly retention: TaskRetention
   private readonly log: Logger
   private readonly verification: VerificationCache
+  /** Session mode: challenges and bindings by connection (spec 2.6) */
+  private readonly sessions: SessionRegistry
   private readonly onEvent?: (event: ExecutorEvent) => void
   /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
   subtasks?: SubtaskCaller
@@ -142,6 +153,9 @@ export class TaskExecutor {
     this.holdBack = init.holdBack ?? Math.min(DEFAULT_HOLD_BACK, Math.floor(this.lease / 2))
     if (!Number.isFinite(this.holdBack) || this.holdBack < 0 || this.holdBack > this.lease / 2) throw new RangeError('holdBack must be 0 to leaseInterval / 2 ms')
     this.log = components.logger.forComponent('ioa:collab:executor')
+    this.sessions = new SessionRegistry(init.session ?? {}, {
+      clockSkew: this.clockSkew, verificationCache: this.verification, log: components.logger.forComponent('ioa:collab:session')
+    })
     this.onEvent = init.onEvent
     this.retention = new TaskRetention(init.retention ?? {}, async (e) => { await this.forget(e) }, (e, err: any) => {
       this.log.error('could not remove finished task %s of %s: %s', e.id, e.agent, err?.message ?? err)
@@ -202,11 +216,17 @@ export class TaskExecutor {
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'approve', async (payload) => this.onApprove(payload))
       // version 2 (spec 14): the same methods, with hold-back, deltas, trace and canonical requests
-      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), ctx))
+      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), { version: 2, canonical: ctx.canonical, connection: ctx.connection.id }))
       await m.handleStream(TASK_PROTOCOL_V2, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal, ctx))
       await m.handle(TASK_PROTOCOL_V2, 'get', async (payload, ctx) => { assertCanonical(ctx); return await this.onGet(payload, ctx.peer.toString()) })
       await m.handle(TASK_PROTOCOL_V2, 'cancel', async (payload, ctx) => { assertCanonical(ctx); return await this.onCancel(payload, ctx.peer.toString()) })
       await m.handle(TASK_PROTOCOL_V2, 'approve', async (payload, ctx) => { assertCanonical(ctx); return await this.onApprove(payload) })
+      if (this.sessions.enabled) {
+        // session mode (spec 2.6): a part of version 2 only
+        const log = this.components.logger.forComponent('ioa:collab:session')
+        await m.handle(TASK_PROTOCOL_V2, 'challenge', async (payload, ctx) => { assertCanonical(ctx); return await onChallenge(this.sessions, payload, ctx) })
+        await m.handle(TASK_PROTOCOL_V2, 'bind', async (payload, ctx) => { assertCanonical(ctx); return await onBind(this.sessions, this.selfPeer(), payload, ctx, log) })
+      }
       this.started = true
     })()
     await this.starting
@@ -243,7 +263,7 @@ export class TaskExecutor {
       skills = new Map()
       this.served.set(agentDid, skills)
     }
-    skills.set(skill, { handler, policy: options.policy })
+    skills.set(skill, { handler, policy: options.policy, ...(options.requireEnvelope === true ? { requireEnvelope: true } : {}) })
     await this.start()
   }
 
@@ -394,15 +414,27 @@ export class TaskExecutor {
    * task gets `sub` attached before anything runs, so its stream shows every
    * state from `submitted` on.
    */
-  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string, version: 1 | 2 = 1): Promise<Live | TaskRecord> {
-    // (version 1 refuses a `trace` field as unknown; version 2 checks it)
-    const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } = version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
+  private async accept (payload: unknown, peer: string, sub?: Subscriber, address?: string, via?: SubmitVia): Promise<Live | TaskRecord> {
+    const local = via?.local === true
+    // version 1 refuses a `trace` field as unknown and a missing signature; version 2 checks the trace,
+    // and takes an unsigned envelope under a session binding (2.6) or from an agent of this node
+    const version = via?.version === 2 || local ? 2 : 1
+    const unsigned = version === 2 && (this.sessions.enabled || local)
+    const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } =
+      version === 2 ? checkSubmitV2(payload, { unsigned }) : checkSubmit(payload)
     if (ignored === true) this.log('ignored the trace of task %s from %s: not a W3C traceparent', checked.envelope.payload.task, peer)
-    const envelope: Envelope = checked.envelope
+    const envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
     const p = envelope.payload
     const served = this.served.get(p.to)?.get(p.skill)
     if (served == null) throw new NoProviderError(`Agent ${p.to} does not serve ${p.skill} on this node`)
+    if (envelope.sig == null && (served.requireEnvelope === true || this.sessions.requiresEnvelope(p.skill))) {
+      throw new EnvelopeRequiredError(`${p.skill} requires a signed envelope`)
+    }
+    // session mode: the sender's binding on this connection (an agent hosted here, in-process)
+    const session = local
+      ? (from: Did) => { if (!this.components.interconnect.agents().some(a => a.did === from)) throw new SessionRequiredError(`${from} is not hosted on this node`) }
+      : (from: Did) => { this.sessions.check(via?.connection, from) }
 
     const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
     const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
@@ -414,7 +446,8 @@ export class TaskExecutor {
       ...(this.maxDepth != null ? { maxDepth: this.maxDepth } : {}),
       ...(this.isRevoked != null ? { isRevoked: this.isRevoked } : {}),
       ...(this.roots != null ? { roots: this.roots } : {}),
-      verificationCache: this.verification
+      verificationCache: this.verification,
+      session
     })
 
     const created = await this.locked(p.to, async (): Promise<{ task: Live | TaskRecord, fresh: boolean, first?: Promise<void> }> => {
@@ -664,23 +697,24 @@ export class TaskExecutor {
 
   /** @internal also called in-process by the requester for a local agent */
   /**
-   * `v2`: the request came on 2.0.0 (`canonical` from the transport), or,
-   * with `local`, from this node's requester (a `trace` is accepted; the
-   * stream sends every event in full)
+   * `via`: the request came on 2.0.0 (`version: 2`, `canonical` from the
+   * transport, the connection it came on), or, with `local`, from this node's
+   * requester (a `trace` and an unsigned envelope are accepted; the stream
+   * sends every event in full)
    */
-  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, v2?: { canonical?: boolean, local?: boolean }): AsyncGenerator<unknown> {
+  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, via?: SubmitVia): AsyncGenerator<unknown> {
     const sub = new Subscriber()
     let task: Live | TaskRecord
     try {
-      if (v2 != null) assertCanonical(v2)
-      task = await this.accept(payload, peer, sub, address, v2 != null ? 2 : 1)
+      if (via?.version === 2 && via.local !== true) assertCanonical(via)
+      task = await this.accept(payload, peer, sub, address, via)
     } catch (err) {
       this.refused(payload, peer, err)
       throw err
     }
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
-      const wire2 = v2 != null && v2.local !== true
+      const wire2 = via?.version === 2 && via.local !== true
       yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0)
     } finally {
       if ('record' in task) this.detach(task, sub)

@@ -8,7 +8,8 @@ import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import { BoundedMap } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope } from '../auth/envelope.js'
+import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope, createUnsignedEnvelope } from '../auth/envelope.js'
+import { SessionClient, isEnvelopeRefusal, isSessionRefusal, withFallback } from '../auth/session-client.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
 } from '../errors.js'
@@ -23,7 +24,10 @@ import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, Task
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
 import type { Approval } from '../auth/policy.js'
+import type { AuthMode } from '../auth/session-client.js'
+import type { EnvelopeInit } from '../auth/envelope.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
 
@@ -58,6 +62,10 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly versions: BoundedMap<string, { version: 1 | 2, until: number }>
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
+  /** How requests are authenticated unless `submit` says otherwise (spec 2.6) */
+  private readonly auth: AuthMode
+  /** Session bindings of this node's agents at executor peers */
+  private readonly sessions: SessionClient
 
   constructor (components: TaskServiceComponents, executor: TaskExecutor, init: TaskServiceInit = {}) {
     this.components = components
@@ -71,6 +79,11 @@ export class TaskRequester implements LeaseWatchHost {
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
     this.versions = new BoundedMap({ maxEntries: maxRoutes })
+    this.auth = init.auth ?? 'session'
+    if (this.auth !== 'session' && this.auth !== 'envelope') throw new RangeError('auth must be session or envelope')
+    this.sessions = new SessionClient(init.sessionClient ?? {}, async (peer, method, payload, signal) => {
+      return await this.components.messaging.request(this.peerId(peer), TASK_PROTOCOL_V2, method, payload, { signal, timeout: this.requestTimeout })
+    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'))
   }
 
   /**
@@ -267,13 +280,14 @@ export class TaskRequester implements LeaseWatchHost {
     // checked here: a bad trace is the caller's error, not the executor's
     const trace = options.trace != null ? checkTrace(options.trace) : undefined
 
+    const auth = options.auth ?? this.auth
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
-      const envelope = await createEnvelope(identity, {
+      const init: EnvelopeInit = {
         to, skill: request.skill, task: taskId, body, ...(bodyBytes != null ? { bodyBytes } : {}), proofs: request.proofs, issuedAt: iat, expiresAt: exp
-      })
-      return this.openStream(peer, 'submit', trace != null ? { envelope, body, trace } : { envelope, body }, signal)
+      }
+      return await this.openSubmit(peer, identity, init, body, auth, signal, trace)
     }
     if (request.idempotencyKey == null) {
       yield * this.watch(to, taskId, open, options.signal)
@@ -292,6 +306,39 @@ export class TaskRequester implements LeaseWatchHost {
       shared = created
     }
     yield * shared.join(options.signal)
+  }
+
+  /**
+   * Open a submit stream in the mode asked for (spec 2.6): signed, or
+   * unsigned under the agent's session binding at `peer` (made first when
+   * needed). An unsigned submit refused for its binding is sent again once
+   * after binding again (then signed if refused again); one refused with
+   * `ENVELOPE_REQUIRED` is sent again signed (and that skill of that agent
+   * is sent signed from then on).
+   */
+  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<AsyncGenerator<unknown>> {
+    const request = (envelope: unknown): Record<string, unknown> => trace != null ? { envelope, body, trace } : { envelope, body }
+    const signed = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createEnvelope(identity, init)), signal)
+    const local = peer === 'local'
+    if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
+    // session mode is a part of 2.0.0 (spec 2.6): a peer of 1.0.0 only gets signed envelopes
+    if (!local && (await this.versionOf(peer) === 1 || !await this.sessions.ensure(peer, identity, signal))) return await signed()
+    const unsigned = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createUnsignedEnvelope(identity.did, init)), signal)
+    return withFallback(await unsigned(), async (err) => {
+      if (isEnvelopeRefusal(err)) {
+        this.log('%s requires envelope mode for %s: sending task %s signed', init.to, init.skill, init.task)
+        this.sessions.requireEnvelope(peer, init.to, init.skill)
+        return await signed()
+      }
+      if (!local && isSessionRefusal(err)) {
+        this.log('%s has no live binding of %s (%s): binding again for task %s', peer, identity.did, (err as { code?: string }).code, init.task)
+        this.sessions.forget(peer, identity.did)
+        if (!await this.sessions.ensure(peer, identity, signal)) return await signed()
+        // refused again (the request went on another connection than the binding): signed
+        return withFallback(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
+      }
+      return undefined
+    })
   }
 
   async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {

@@ -68,11 +68,11 @@ export function checkTrace (raw: unknown): TraceContext {
 }
 
 /** A 2.0.0 `submit` request `{ envelope, body, trace? }`: as version 1's, plus its trace (`ignored`: there was one, not valid) */
-export function checkSubmitV2 (payload: unknown): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } {
-  if (!isMap(payload) || !('trace' in payload)) return checkSubmit(payload)
+export function checkSubmitV2 (payload: unknown, options: { unsigned?: boolean } = {}): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } {
+  if (!isMap(payload) || !('trace' in payload)) return checkSubmit(payload, options)
   const { trace, ...rest } = payload
   const read = readTrace(trace)
-  return { ...checkSubmit(rest), ...(read != null ? { trace: read } : { ignored: true }) }
+  return { ...checkSubmit(rest, options), ...(read != null ? { trace: read } : { ignored: true }) }
 }
 
 /** A 2.0.0 `resubscribe` request `{ agent, task, trace? }` */

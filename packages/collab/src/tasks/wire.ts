@@ -79,13 +79,14 @@ export function checkBody (raw: unknown, maxBytes: number): { body: TaskBody, by
 
 /**
  * The parts of a `submit` request `{ envelope, body }`: the envelope checked
- * for shape and limits (not verified), the body as received
+ * for shape and limits (not verified), the body as received; with
+ * `unsigned`, a session-mode envelope without `sig` passes (spec 2.6)
  */
-export function checkSubmit (payload: unknown): { checked: CheckedEnvelope, rawBody: unknown } {
+export function checkSubmit (payload: unknown, options: { unsigned?: boolean } = {}): { checked: CheckedEnvelope, rawBody: unknown } {
   if (!isMap(payload)) throw new InvalidEnvelopeError('submit needs a map { envelope, body }')
   const { envelope, body, ...rest } = payload
   if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown submit fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
-  return { checked: checkEnvelope(envelope), rawBody: body }
+  return { checked: checkEnvelope(envelope, options), rawBody: body }
 }
 
 /** The `{ agent, task }` of a resubscribe, get or cancel request (and approve's, with `withApproval`) */

@@ -29,7 +29,7 @@ import type { CallGuard } from './messaging/call-guard.js'
 import type { ChannelOwner } from './messaging/outbound-channel.js'
 import type { SessionOwner } from './messaging/inbound-session.js'
 import type { BufferStats } from './buffer-budget.js'
-import type { FramedStreamInit } from './framed-stream.js'
+import type { FramingInit } from './framed-stream.js'
 import type { Connection, CounterGroup, Logger, Startable, Stream } from '@libp2p/interface'
 
 export { MESSAGING_DEFAULTS } from './messaging/api.js'
@@ -82,8 +82,8 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
   }
 
   /** What every framed stream to or from `connection` shares */
-  framing (connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'> {
-    return { maxFrameSize: this.opts.maxFrameSize, log: this.framingLog, ...this.budgets.forConnection(connection) }
+  framing (connection: Connection): FramingInit {
+    return { maxFrameSize: this.opts.maxFrameSize, coalesceBytes: this.opts.coalesceBytes, log: this.framingLog, ...this.budgets.forConnection(connection) }
   }
 
   readonly [Symbol.toStringTag] = '@ioa/transport/messaging'

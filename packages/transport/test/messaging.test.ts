@@ -118,12 +118,15 @@ for (const kind of ['memory', 'tcp'] as const) {
       const server = await makeNode(kind)
       const client = await makeNode(kind)
       let aborted: unknown
+      let started = false
       await server.services.messaging.handle(PROTO, 'hang', async (_p, ctx) => {
+        started = true
         await new Promise<void>(resolve => ctx.signal.addEventListener('abort', () => { aborted = ctx.signal.reason; resolve() }))
       })
       const controller = new AbortController()
       const p = client.services.messaging.request(server.getMultiaddrs()[0], PROTO, 'hang', null, { signal: controller.signal })
-      await delay(100)
+      // abort once the handler runs (a loaded machine can take longer than a fixed delay to dial)
+      await until(() => started, POLL)
       controller.abort()
       await expectErrorName(p, 'CanceledError')
       await until(() => aborted != null, POLL)

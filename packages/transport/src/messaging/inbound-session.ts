@@ -13,7 +13,7 @@ import { MAX_WINDOW } from './api.js'
 import { IdleWatch } from './idle-watch.js'
 import type { Handler, MessagingDefaults, RequestContext, StreamingHandler, UnaryHandler } from './api.js'
 import type { Frame, RequestFrame } from '../codec.js'
-import type { FramedStreamInit } from '../framed-stream.js'
+import type { FramingInit } from '../framed-stream.js'
 import type { Connection, CounterGroup, Logger, Stream } from '@libp2p/interface'
 
 /** What a session needs from the service that owns it */
@@ -23,7 +23,7 @@ export interface SessionOwner {
   readonly inboundLog: Logger
   /** request counters, when the node has metrics */
   readonly requests?: CounterGroup<'served' | 'refused'>
-  framing(connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'>
+  framing(connection: Connection): FramingInit
   lookup(protocol: string, method: string): Handler | undefined
   /** take one of the remote peer's request slots, false when all are taken */
   takeSlot(peer: string): boolean

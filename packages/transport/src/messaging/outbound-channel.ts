@@ -10,7 +10,7 @@ import { IdleWatch } from './idle-watch.js'
 import type { MessagingDefaults } from './api.js'
 import type { Frame } from '../codec.js'
 import type { MessagingError } from '../errors.js'
-import type { FramedStreamInit } from '../framed-stream.js'
+import type { FramingInit } from '../framed-stream.js'
 import type { Connection, Logger, Stream } from '@libp2p/interface'
 
 /** What a channel needs from the service that owns it */
@@ -18,7 +18,7 @@ export interface ChannelOwner {
   readonly opts: Pick<MessagingDefaults, 'outboundIdleTimeout' | 'maxInFlightPerPeer'>
   /** logger of the requester side */
   readonly outboundLog: Logger
-  framing(connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'>
+  framing(connection: Connection): FramingInit
   channelClosed(channel: OutboundChannel): void
 }
 

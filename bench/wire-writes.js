@@ -88,14 +88,25 @@ async function client (address, mode, calls) {
   await c.stop()
 }
 
-/** Socket writes in an strace log: write/writev lines on the fd written most (the TCP socket) */
+/**
+ * Socket writes in an strace log: the write/writev calls on the fd that
+ * carried the most bytes (the TCP socket; the others are eventfd wake-ups
+ * and pipes)
+ */
 async function socketWrites (file) {
-  const perFd = new Map()
+  const calls = new Map()
+  const bytes = new Map()
   for (const line of (await readFile(file, 'utf8')).split('\n')) {
-    const m = /\b(write|writev)\((\d+),/.exec(line)
-    if (m != null) perFd.set(m[2], (perFd.get(m[2]) ?? 0) + 1)
+    const m = /\b(?:write|writev)\((\d+),.*= (\d+)$/.exec(line)
+    if (m == null) continue
+    calls.set(m[1], (calls.get(m[1]) ?? 0) + 1)
+    bytes.set(m[1], (bytes.get(m[1]) ?? 0) + Number(m[2]))
   }
-  return Math.max(0, ...perFd.values())
+  let fd
+  for (const [k, n] of bytes) {
+    if (fd == null || n > bytes.get(fd)) fd = k
+  }
+  return fd == null ? 0 : calls.get(fd)
 }
 
 function traced (args, out) {
@@ -121,8 +132,12 @@ async function run (mode, calls) {
   await once(server, 'exit')
   if (code !== 0) throw new Error(`client of ${mode} exited with ${code}`)
   const result = { client: await socketWrites(clientLog), server: await socketWrites(serverLog) }
-  await rm(serverLog, { force: true })
-  await rm(clientLog, { force: true })
+  if (process.env.IOA_BENCH_KEEP_LOGS == null) {
+    await rm(serverLog, { force: true })
+    await rm(clientLog, { force: true })
+  } else {
+    console.log(`strace logs: ${serverLog} ${clientLog}`)
+  }
   return result
 }
 

@@ -5,25 +5,14 @@
  * for each call (a short one after a long one included), and warm calls
  * and streamed items do not call `setTimeout`.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest'
-import { createTransportNode } from '../src/index.js'
+import { describe, expect, it, vi } from 'vitest'
 import { Deadlines } from '../src/messaging/deadlines.js'
 import { collect, delay, until } from '../../../test/util.js'
+import { tcpNodes } from './tcp-nodes.js'
 import type { TransportNode } from '../src/index.js'
 
 const PROTO = '/ioa/test-timers/1.0.0'
-const nodes: TransportNode[] = []
-
-async function makeNode (): Promise<TransportNode> {
-  const node = await createTransportNode({ transports: ['tcp'], listen: ['/ip4/127.0.0.1/tcp/0'] })
-  nodes.push(node)
-  return node
-}
-
-afterEach(async () => {
-  vi.restoreAllMocks()
-  await Promise.all(nodes.splice(0).map(async n => n.stop()))
-})
+const makeNode = tcpNodes()
 
 async function pair (): Promise<{ server: TransportNode, client: TransportNode }> {
   const server = await makeNode()

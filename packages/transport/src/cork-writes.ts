@@ -4,9 +4,10 @@
  * buffers (its 2-byte length, its ciphertext) and Yamux answers each data
  * frame it receives with a window update of its own: a request and its
  * answer cost four socket writes at each end. Corking the socket for the
- * rest of the turn (`socket.cork()`, `uncork()` from `setImmediate`) hands
- * them to the kernel as one `writev`: the window update and the answer
- * written after it in the same turn go together. Nothing on the wire
+ * rest of the turn (`socket.cork()`, `uncork()` at the end of the turn,
+ * after the messaging streams wrote their frames: `turn-end.ts`) hands them
+ * to the kernel as one `writev`: the window update and the answer or the
+ * next request written after it in the same turn go together. Nothing on the wire
  * changes (the same bytes, in the same order).
  *
  * Applied to the connection the encrypter secures, when it is a TCP socket
@@ -15,6 +16,7 @@
  * protector) is left as it is. Backpressure is unchanged: a corked socket
  * still reports a full buffer, and the uncork drains it.
  */
+import { uncorkAtTurnEnd } from './turn-end.js'
 import type { ConnectionEncrypter, MessageStream } from '@libp2p/interface'
 
 /** What a TCP connection of @libp2p/tcp carries */
@@ -23,10 +25,6 @@ interface Corkable {
   uncork(): void
   destroyed?: boolean
 }
-
-const defer: (fn: () => void) => void = typeof setImmediate === 'function'
-  ? (fn) => { setImmediate(fn) }
-  : queueMicrotask
 
 /** Cork `connection`'s socket for the rest of the turn at its first write of each turn */
 export function corkTurns (connection: MessageStream): MessageStream {
@@ -45,7 +43,7 @@ export function corkTurns (connection: MessageStream): MessageStream {
     if (!corked && s.destroyed !== true) {
       corked = true
       s.cork()
-      defer(uncork)
+      uncorkAtTurnEnd(uncork)
     }
     return send(data)
   }

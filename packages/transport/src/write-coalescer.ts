@@ -2,12 +2,13 @@
  * Frames written to one stream in the same event-loop turn leave as one
  * write: one Yamux data frame and one Noise message instead of one of each
  * per frame (`spec/transport.md` section 4, "coalescing"). The bytes wait
- * at most until the end of the turn (`setImmediate` where there is one, a
- * microtask elsewhere) and at most `limit` bytes wait at once: a frame that
+ * at most until the end of the turn (`turn-end.ts`) and at most `limit` bytes wait at once: a frame that
  * would take the batch over the limit sends what is queued first, and a
  * frame of at least `limit` bytes leaves on its own, at once. The order of
  * frames is kept.
  */
+
+import { flushAtTurnEnd } from './turn-end.js'
 
 /** Where a batch goes: one `Stream.send` (its return value is ignored here) */
 export type FlushTarget = (data: Uint8Array) => void
@@ -18,10 +19,6 @@ export type FlushTarget = (data: Uint8Array) => void
  * header takes 12 of them
  */
 export const DEFAULT_COALESCE_BYTES = 65_507
-
-const defer: (fn: () => void) => void = typeof setImmediate === 'function'
-  ? (fn) => { setImmediate(fn) }
-  : queueMicrotask
 
 export class WriteCoalescer {
   private readonly limit: number
@@ -58,7 +55,7 @@ export class WriteCoalescer {
     }
     if (!this.scheduled) {
       this.scheduled = true
-      defer(this.flushLater)
+      flushAtTurnEnd(this.flushLater)
     }
   }
 

@@ -30,17 +30,27 @@ import type { Key } from 'interface-datastore'
 const CANCEL = 7
 const END = 5
 
-/** The type of the messaging frame in `data` (one frame after its unsigned varint length) */
-function frameType (data: Chunk): number {
+/**
+ * The messaging frames in `data`, each with its type and the offset where it
+ * starts (a write may carry several frames: the transport sends the frames
+ * of one turn as one write)
+ */
+function framesOf (data: Chunk): Array<{ type: number, start: number }> {
   const bytes = data instanceof Uint8Array ? data : data.subarray()
-  let length = 0
-  let start = 0
-  for (let shift = 0; ; shift += 7) {
-    const b = bytes[start++]
-    length += (b & 0x7f) * 2 ** shift
-    if (b < 0x80) break
+  const frames: Array<{ type: number, start: number }> = []
+  let at = 0
+  while (at < bytes.byteLength) {
+    const start = at
+    let length = 0
+    for (let shift = 0; ; shift += 7) {
+      const b = bytes[at++]
+      length += (b & 0x7f) * 2 ** shift
+      if (b < 0x80) break
+    }
+    frames.push({ type: dagCbor.decode<{ t: number }>(bytes.subarray(at, at + length)).t, start })
+    at += length
   }
-  return dagCbor.decode<{ t: number }>(bytes.subarray(start, start + length)).t
+  return frames
 }
 
 /**
@@ -107,25 +117,33 @@ describe('a finished task over TCP: no CANCEL after END, one store write per tur
     // every frame the requester writes on its task stream, by type; and the
     // executor's END frames a little late, as when the END is read in a later
     // chunk than the terminal state (a loaded machine, a real network)
-    const wrap = (conn: Connection, onFrame: (t: number, data: Chunk, send: (data: Chunk) => boolean) => boolean): void => {
+    const wrap = (conn: Connection, onWrite: (data: Chunk, send: (data: Chunk) => boolean) => boolean): void => {
       for (const stream of conn.streams) {
         if ((stream.protocol !== TASK_PROTOCOL && stream.protocol !== TASK_PROTOCOL_V2) || watched.has(stream)) continue
         watched.add(stream)
         const send = stream.send.bind(stream)
-        stream.send = (data) => onFrame(frameType(data), data, send)
+        stream.send = (data) => onWrite(data, send)
       }
     }
     const watched = new WeakSet<object>()
     const watch = (): void => {
       for (const conn of requester.getConnections(executor.peerId)) {
-        wrap(conn, (t, data, send) => { sent.push(t); return send(data) })
+        wrap(conn, (data, send) => {
+          sent.push(...framesOf(data).map(f => f.type))
+          return send(data)
+        })
       }
       for (const conn of executor.getConnections(requester.peerId)) {
-        wrap(conn, (t, data, send) => {
-          if (t !== END) return send(data)
+        wrap(conn, (data, send) => {
+          const end = framesOf(data).find(f => f.type === END)
+          if (end == null) return send(data)
+          // the frames before the END now, the END (and what follows it) later
+          const bytes = data instanceof Uint8Array ? data : data.subarray()
+          if (end.start > 0) send(bytes.subarray(0, end.start))
+          const late = bytes.subarray(end.start)
           setTimeout(() => {
             try {
-              send(data)
+              send(late)
             } catch {
               // the stream closed meanwhile (the nodes stop after the tests)
             }

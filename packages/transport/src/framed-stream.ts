@@ -7,6 +7,7 @@ import * as varint from 'uint8-varint'
 import { decodeFrame, encodeFramePrefixed } from './codec.js'
 import { MalformedFrameError, MessagingError, PayloadTooLargeError, StreamClosedError } from './errors.js'
 import { FrameReader } from './length-prefix.js'
+import { WriteCoalescer } from './write-coalescer.js'
 import type { BufferAccount } from './buffer-budget.js'
 import type { ScanLimits } from './cbor-scan.js'
 import type { DecodeFrameOptions, Frame } from './codec.js'
@@ -24,6 +25,8 @@ const CLOSE_TIMEOUT = 5_000
 
 export interface FramedStreamInit {
   maxFrameSize: number
+  /** Most bytes of frames written in one turn that are sent as one write (`WriteCoalescer`) */
+  coalesceBytes: number
   log: Logger
   /** Item and nesting limits of one frame body */
   scan: ScanLimits
@@ -43,11 +46,16 @@ export interface FramedStreamInit {
   onClose(err?: Error): void
 }
 
+/** What every framed stream of a connection shares (the rest is per stream) */
+export type FramingInit = Pick<FramedStreamInit, 'maxFrameSize' | 'coalesceBytes' | 'log' | 'scan' | 'account' | 'charge'>
+
 export class FramedStream {
   readonly stream: Stream
   private readonly reader: FrameReader
   private readonly init: FramedStreamInit
   private readonly decodeOptions: DecodeFrameOptions
+  /** frames written in this turn, sent together at its end */
+  private readonly out: WriteCoalescer
   private closed = false
   /** length of the frame being decoded, for its decode charge */
   private frameBytes = 0
@@ -57,6 +65,7 @@ export class FramedStream {
     this.stream = stream
     this.init = init
     this.reader = new FrameReader(init.maxFrameSize)
+    this.out = new WriteCoalescer(init.coalesceBytes, (data) => { this.flushTo(data) })
     this.decodeOptions = {
       ...init.scan,
       beforeDecode: (items) => {
@@ -155,43 +164,53 @@ export class FramedStream {
     if (!this.isOpen) {
       throw new StreamClosedError('Stream is not open')
     }
-    let accepted: boolean
-    try {
-      accepted = this.stream.send(bytes)
-    } catch (err: any) {
-      throw new StreamClosedError(`Stream not writable: ${err?.message ?? err}`, { cause: err })
+    this.out.add(bytes)
+    if (!this.stream.writableNeedsDrain) {
+      return
     }
-    if (!accepted) {
-      try {
-        await this.stream.onDrain({ signal })
-      } catch (err: any) {
-        if (signal?.aborted === true) {
-          throw err
-        }
-        throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
+    try {
+      await this.stream.onDrain({ signal })
+    } catch (err: any) {
+      if (signal?.aborted === true) {
+        throw err
       }
+      throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
     }
   }
 
   /**
-   * Write an encoded frame. Returns `undefined` when the stream took it at
-   * once (the common case, no promise made), or a promise that settles when
-   * the send buffer has drained or the write failed.
+   * Write an encoded frame. It leaves with the other frames written in this
+   * turn (`WriteCoalescer`). Returns `undefined` when the stream can take
+   * more (the common case, no promise made), or a promise that settles when
+   * its send buffer has drained, or fails when the stream closes first.
    */
   send (bytes: Uint8Array): Promise<void> | undefined {
     if (!this.isOpen) {
       return Promise.reject(new StreamClosedError('Stream is not open'))
     }
-    try {
-      if (this.stream.send(bytes)) {
-        return undefined
-      }
-    } catch (err: any) {
-      return Promise.reject(new StreamClosedError(`Stream not writable: ${err?.message ?? err}`, { cause: err }))
+    this.out.add(bytes)
+    if (!this.stream.writableNeedsDrain) {
+      return undefined
     }
     return this.stream.onDrain().catch((err: any) => {
       throw new StreamClosedError(`Stream closed while waiting to write: ${err?.message ?? err}`, { cause: err })
     })
+  }
+
+  /** One batch of frames to the stream; a stream that refuses it is gone */
+  private flushTo (data: Uint8Array): void {
+    if (this.stream.writeStatus !== 'writable') {
+      // the stream went away before the end of the turn: its calls have
+      // failed (or are failing) with the reason it closed
+      this.init.log('dropping %d bytes of frames written to a closed stream', data.byteLength)
+      return
+    }
+    try {
+      this.stream.send(data)
+    } catch (err: any) {
+      this.init.log('could not write %d bytes of frames - %s', data.byteLength, err?.message ?? err)
+      this.abort(new StreamClosedError(`Stream not writable: ${err?.message ?? err}`, { cause: err }))
+    }
   }
 
   /**
@@ -203,14 +222,18 @@ export class FramedStream {
       return
     }
     try {
-      this.stream.send(this.encode(frame))
+      this.out.add(this.encode(frame))
     } catch (err: any) {
       this.init.log('could not send control frame - %s', err?.message ?? err)
     }
   }
 
-  /** Close gracefully; pending data is flushed */
+  /** Close gracefully; pending data (frames of this turn included) is flushed */
   close (): void {
+    if (this.stream.status !== 'open') {
+      return
+    }
+    this.out.flush()
     if (this.stream.status !== 'open') {
       return
     }
@@ -221,6 +244,7 @@ export class FramedStream {
 
   /** Drop the stream immediately */
   abort (err: Error): void {
+    this.out.clear()
     if (this.stream.status === 'open' || this.stream.status === 'closing') {
       this.stream.abort(err)
     }
@@ -233,6 +257,7 @@ export class FramedStream {
     }
     this.closed = true
     this.reader.clear()
+    this.out.clear()
     this.init.account.release()
     this.init.onClose(err)
   }

@@ -20,6 +20,7 @@ import { MESSAGING_DEFAULTS, MESSAGING_LOG_PREFIX, MAX_TIMEOUT, MAX_WINDOW } fro
 import { targetPeer, validateName } from './messaging/names.js'
 import { callGuard } from './messaging/call-guard.js'
 import { OutboundChannel } from './messaging/outbound-channel.js'
+import { UnaryCall } from './messaging/unary-call.js'
 import { PeerBudgets } from './peer-budgets.js'
 import type {
   Handler, Messaging, MessagingComponents, MessagingDefaults, MessagingInit, MessagingStats, MessageTarget, RequestOptions,
@@ -29,7 +30,7 @@ import type { CallGuard } from './messaging/call-guard.js'
 import type { ChannelOwner } from './messaging/outbound-channel.js'
 import type { SessionOwner } from './messaging/inbound-session.js'
 import type { BufferStats } from './buffer-budget.js'
-import type { FramedStreamInit } from './framed-stream.js'
+import type { FramingInit } from './framed-stream.js'
 import type { Connection, CounterGroup, Logger, Startable, Stream } from '@libp2p/interface'
 
 export { MESSAGING_DEFAULTS } from './messaging/api.js'
@@ -82,8 +83,8 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
   }
 
   /** What every framed stream to or from `connection` shares */
-  framing (connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'> {
-    return { maxFrameSize: this.opts.maxFrameSize, log: this.framingLog, ...this.budgets.forConnection(connection) }
+  framing (connection: Connection): FramingInit {
+    return { maxFrameSize: this.opts.maxFrameSize, coalesceBytes: this.opts.coalesceBytes, log: this.framingLog, ...this.budgets.forConnection(connection) }
   }
 
   readonly [Symbol.toStringTag] = '@ioa/transport/messaging'
@@ -323,9 +324,10 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
 
   /**
    * Send one request on a channel whose slot the caller holds; the slot is
-   * released exactly once, when the call settles
+   * released exactly once, when the call settles (errors before the request
+   * is written are thrown; `request` turns them into its rejection)
    */
-  private async call<T> (channel: OutboundChannel, method: string, payload: unknown, deadline: number, timeout: number, signal: AbortSignal | undefined, what: string): Promise<T> {
+  private call<T> (channel: OutboundChannel, method: string, payload: unknown, deadline: number, timeout: number, signal: AbortSignal | undefined, what: string): Promise<T> {
     // the caller may have aborted while the dial or stream that ignored its
     // signal was finishing: an abort listener added now would never fire
     if (signal?.aborted === true) {
@@ -347,40 +349,11 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
       throw err
     }
 
-    // the hot path: one timer and one listener on the caller's signal, settled
-    // once; cheaper than a combined signal (any-signal) per call
-    return new Promise<T>((resolve, reject) => {
-      let settled = false
-      const settle = (err: Error | undefined, value?: unknown): void => {
-        if (settled) return
-        settled = true
-        clearTimeout(timer)
-        signal?.removeEventListener('abort', onAbort)
-        channel.release()
-        if (err != null) {
-          reject(err)
-        } else {
-          resolve(value as T)
-        }
-      }
-      const timer = setTimeout(() => {
-        channel.cancel(id)
-        settle(new TimeoutError(`${what} timed out after ${timeout} ms`))
-      }, remaining)
-      const onAbort = (): void => {
-        channel.cancel(id)
-        settle(new CanceledError(`${what} canceled`, { cause: signal?.reason }))
-      }
-      signal?.addEventListener('abort', onAbort, { once: true })
-      channel.register(id, {
-        onResponse: (value) => { settle(undefined, value) },
-        fail: (err) => { settle(err) }
-      })
-      channel.framed.send(bytes)?.catch((err: Error) => {
-        channel.unregister(id)
-        settle(err)
-      })
-    })
+    // the hot path: no timer of its own (the channel's one timer watches the
+    // deadline) and the call object is the listener on the caller's signal
+    const call = new UnaryCall(channel, id, deadline, timeout, signal, what)
+    channel.framed.send(bytes)?.catch((err: Error) => { call.sendFailed(err) })
+    return call.promise as Promise<T>
   }
 
   async * stream<T = unknown> (target: MessageTarget, protocol: string, method: string, payload: unknown = null, options: RequestOptions = {}): AsyncGenerator<T, void, undefined> {

@@ -8,6 +8,7 @@ import { CODE_P2P, multiaddr } from '@multiformats/multiaddr'
 import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
+import { corkEncrypted } from './cork-writes.js'
 import { guardControlFrames } from './muxer-guard.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
 import { loadGossipsub, loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
@@ -405,7 +406,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
       start: false,
       addresses: { listen },
       transports,
-      connectionEncrypters: [noise()],
+      connectionEncrypters: [corkEncrypted(noise())],
       streamMuxers: [guardControlFrames(yamux())],
       peerDiscovery,
       ...(init.connectionGater != null ? { connectionGater: init.connectionGater } : {}),

@@ -106,6 +106,8 @@ for (const kind of ['memory', 'tcp'] as const) {
       })
       await server.services.messaging.handle(PROTO, 'echo', (p) => p)
       const addr = server.getMultiaddrs()[0]
+      // dial first: on a loaded machine the dial alone can take the 300 ms
+      expect(await client.services.messaging.request(addr, PROTO, 'echo', 0)).toBe(0)
       const started = Date.now()
       await expectErrorName(client.services.messaging.request(addr, PROTO, 'hang', null, { timeout: 300 }), 'TimeoutError')
       expect(Date.now() - started).toBeLessThan(2_000)
@@ -118,12 +120,15 @@ for (const kind of ['memory', 'tcp'] as const) {
       const server = await makeNode(kind)
       const client = await makeNode(kind)
       let aborted: unknown
+      let started = false
       await server.services.messaging.handle(PROTO, 'hang', async (_p, ctx) => {
+        started = true
         await new Promise<void>(resolve => ctx.signal.addEventListener('abort', () => { aborted = ctx.signal.reason; resolve() }))
       })
       const controller = new AbortController()
       const p = client.services.messaging.request(server.getMultiaddrs()[0], PROTO, 'hang', null, { signal: controller.signal })
-      await delay(100)
+      // abort once the handler runs (a loaded machine can take longer than a fixed delay to dial)
+      await until(() => started, POLL)
       controller.abort()
       await expectErrorName(p, 'CanceledError')
       await until(() => aborted != null, POLL)
@@ -221,13 +226,14 @@ for (const kind of ['memory', 'tcp'] as const) {
       })
       const addr = server.getMultiaddrs()[0]
       const all: number[] = []
-      // 8 items 150 ms apart under a 600 ms item timeout: 1.2 s in all
-      for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 8, gap: 150, last: 150 }, { timeout: 600 })) all.push(x)
-      expect(all).toHaveLength(8)
-      // then a gap of 1.5 s before the last item
+      // 12 items 100 ms apart under a 1 s item timeout: 1.2 s in all (a
+      // margin of 900 ms per item for a loaded machine)
+      for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 12, gap: 100, last: 100 }, { timeout: 1_000 })) all.push(x)
+      expect(all).toHaveLength(12)
+      // then a gap of 3 s before the last item
       const got: number[] = []
       await expectErrorName((async () => {
-        for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 3, gap: 50, last: 1_500 }, { timeout: 600 })) got.push(x)
+        for await (const x of client.services.messaging.stream<number>(addr, PROTO, 'paced', { n: 3, gap: 50, last: 3_000 }, { timeout: 1_000 })) got.push(x)
       })(), 'TimeoutError')
       expect(got).toEqual([0, 1])
     })
@@ -253,7 +259,8 @@ for (const kind of ['memory', 'tcp'] as const) {
       await server.services.messaging.handle(PROTO, 'hang', async () => new Promise(() => {}))
       const p = client.services.messaging.request(server.getMultiaddrs()[0], PROTO, 'hang', null, { timeout: 20_000 })
       const settled = p.then(() => undefined, (err: Error) => err)
-      await delay(100)
+      // the request is in the handler (a fixed delay may end before a loaded machine has dialled)
+      await until(() => server.services.messaging.stats().activeHandlers === 1, POLL)
       const started = Date.now()
       await server.stop()
       expect((await settled)?.name).toBe('StreamClosedError')

@@ -1,9 +1,19 @@
+import { TimeoutError } from '../errors.js'
+import type { Expiring } from './deadlines.js'
+
 /**
  * A request being served. Its AbortController is made only when someone asks
  * for the signal, so a quick handler that never looks at it costs nothing.
+ * Its time limit is a deadline the session's one timer watches (`expire`).
  */
-export class ActiveRequest {
+export class ActiveRequest implements Expiring {
   credit: number
+  /** when the handler runs out of time (epoch ms): a unary handler's end, a streaming handler's next item */
+  deadline = Infinity
+  /** the time limit, ms (for the error) */
+  limit = 0
+  /** a streaming handler: the limit is per item */
+  streaming = false
   wakeCredit?: () => void
   /** the requester is gone or canceled: send nothing more for this id */
   canceled = false
@@ -23,6 +33,12 @@ export class ActiveRequest {
       if (this.reason != null) this.controller.abort(this.reason)
     }
     return this.controller.signal
+  }
+
+  /** The session's timer found the deadline passed */
+  expire (): void {
+    this.deadline = Infinity
+    this.stop(new TimeoutError(this.streaming ? `Streaming handler idle for ${this.limit} ms` : `Handler exceeded ${this.limit} ms`), false)
   }
 
   stop (reason: Error, canceled: boolean): void {

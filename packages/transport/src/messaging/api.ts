@@ -2,6 +2,7 @@
  * The messaging service's public types, options and their defaults
  */
 import { PEER_BUDGET_DEFAULTS } from '../peer-budgets.js'
+import { DEFAULT_COALESCE_BYTES } from '../write-coalescer.js'
 import type { PeerBudgetInit } from '../peer-budgets.js'
 import type { BufferStats } from '../buffer-budget.js'
 import type { AbortOptions, ComponentLogger, Connection, Metrics, PeerId } from '@libp2p/interface'
@@ -81,6 +82,18 @@ export interface MessagingInit extends PeerBudgetInit {
    * @default 8
    */
   maxInboundStreams?: number
+
+  /**
+   * Frames written to one stream in the same event-loop turn are sent as
+   * one write (one Yamux data frame, one Noise message) of at most this many
+   * bytes; a frame of this size or more is sent on its own at once. Bounds
+   * the bytes a stream holds back per turn. 1 sends every frame on its own.
+   * The default is what fits in one Noise message (65,535 bytes with its
+   * tag) after the Yamux header.
+   *
+   * @default 65_507
+   */
+  coalesceBytes?: number
 }
 
 /**
@@ -179,6 +192,7 @@ export interface MessagingDefaults extends Required<PeerBudgetInit> {
   outboundIdleTimeout: number
   streamWindow: number
   maxInboundStreams: number
+  coalesceBytes: number
 }
 
 /** Default of each numeric option */
@@ -191,6 +205,7 @@ export const MESSAGING_DEFAULTS: Readonly<MessagingDefaults> = Object.freeze({
   outboundIdleTimeout: 30_000,
   streamWindow: 16,
   maxInboundStreams: 8,
+  coalesceBytes: DEFAULT_COALESCE_BYTES,
   ...PEER_BUDGET_DEFAULTS
 })
 

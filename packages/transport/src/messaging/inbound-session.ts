@@ -10,10 +10,11 @@ import {
 import { FramedStream } from '../framed-stream.js'
 import { ActiveRequest, isPromiseLike } from './active-request.js'
 import { MAX_WINDOW } from './api.js'
+import { Deadlines } from './deadlines.js'
 import { IdleWatch } from './idle-watch.js'
 import type { Handler, MessagingDefaults, RequestContext, StreamingHandler, UnaryHandler } from './api.js'
 import type { Frame, RequestFrame } from '../codec.js'
-import type { FramedStreamInit } from '../framed-stream.js'
+import type { FramingInit } from '../framed-stream.js'
 import type { Connection, CounterGroup, Logger, Stream } from '@libp2p/interface'
 
 /** What a session needs from the service that owns it */
@@ -23,7 +24,7 @@ export interface SessionOwner {
   readonly inboundLog: Logger
   /** request counters, when the node has metrics */
   readonly requests?: CounterGroup<'served' | 'refused'>
-  framing(connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'>
+  framing(connection: Connection): FramingInit
   lookup(protocol: string, method: string): Handler | undefined
   /** take one of the remote peer's request slots, false when all are taken */
   takeSlot(peer: string): boolean
@@ -42,6 +43,8 @@ export class InboundSession {
   private readonly peerKey: string
   private readonly active = new Map<number, ActiveRequest>()
   private readonly idle: IdleWatch
+  /** the one timer of the handlers' time limits */
+  private readonly deadlines = new Deadlines(() => this.active.values())
 
   constructor (protocol: string, stream: Stream, connection: Connection, owner: SessionOwner) {
     this.owner = owner
@@ -221,26 +224,21 @@ export class InboundSession {
       return
     }
 
-    const limit = this.timeLimit(frame)
-    const timer = setTimeout(() => {
-      req.stop(new TimeoutError(`Handler exceeded ${limit} ms`), false)
-    }, limit)
+    req.limit = this.timeLimit(frame)
+    req.deadline = Date.now() + req.limit
+    this.deadlines.watch(req.deadline)
     req.race(Promise.resolve(result)).then(
-      (value) => { clearTimeout(timer); this.respond(frame, req, value, done) },
-      (err) => { clearTimeout(timer); this.fail(frame, req, err, done) }
+      (value) => { this.respond(frame, req, value, done) },
+      (err) => { this.fail(frame, req, err, done) }
     )
   }
 
   private async runStream (frame: RequestFrame, fn: StreamingHandler, req: ActiveRequest, context: RequestContext): Promise<void> {
     const limit = this.timeLimit(frame)
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const rearm = (): void => {
-      clearTimeout(timer)
-      timer = setTimeout(() => {
-        req.stop(new TimeoutError(`Streaming handler idle for ${limit} ms`), false)
-      }, limit)
-    }
-    rearm()
+    req.limit = limit
+    req.streaming = true
+    req.deadline = Date.now() + limit
+    this.deadlines.watch(req.deadline)
 
     let iterator: AsyncIterator<unknown> | Iterator<unknown> | undefined
     try {
@@ -250,7 +248,16 @@ export class InboundSession {
         : source[Symbol.iterator]()
 
       while (true) {
-        const next = await req.race(Promise.resolve(iterator.next()))
+        // a synchronous source is read without a promise per item
+        const step = iterator.next()
+        let next: IteratorResult<unknown>
+        if (isPromiseLike(step)) {
+          next = await req.race(Promise.resolve(step))
+        } else if (req.reason != null) {
+          throw req.reason
+        } else {
+          next = step
+        }
         if (next.done === true) {
           break
         }
@@ -265,8 +272,12 @@ export class InboundSession {
         } catch (err: any) {
           throw err instanceof PayloadTooLargeError ? err : new HandlerError(`Stream item cannot be encoded: ${err?.message ?? err}`)
         }
-        await req.race(this.framed.write(item))
-        rearm()
+        const pending = this.framed.send(item)
+        if (pending != null) {
+          await req.race(pending)
+        }
+        // the next item has the full limit again; the timer catches up when it fires
+        req.deadline = Date.now() + limit
       }
       this.framed.sendFrameNow({ type: FrameType.END, id: frame.id })
     } catch (err: any) {
@@ -277,13 +288,12 @@ export class InboundSession {
       Promise.resolve(iterator?.return?.()).catch((returnErr: unknown) => {
         this.owner.inboundLog.error('streaming handler for %s %s failed while finishing - %e', this.protocol, frame.method, returnErr)
       })
-    } finally {
-      clearTimeout(timer)
     }
   }
 
   private onClose (): void {
     this.idle.stop()
+    this.deadlines.stop()
     for (const req of this.active.values()) {
       req.stop(new StreamClosedError('Inbound stream closed'), true)
     }

@@ -6,11 +6,13 @@ import { raceSignal } from 'race-signal'
 import { FrameType } from '../codec.js'
 import { MalformedFrameError, StreamClosedError, errorFromWire } from '../errors.js'
 import { FramedStream } from '../framed-stream.js'
+import { Deadlines } from './deadlines.js'
 import { IdleWatch } from './idle-watch.js'
+import type { Expiring } from './deadlines.js'
 import type { MessagingDefaults } from './api.js'
 import type { Frame } from '../codec.js'
 import type { MessagingError } from '../errors.js'
-import type { FramedStreamInit } from '../framed-stream.js'
+import type { FramingInit } from '../framed-stream.js'
 import type { Connection, Logger, Stream } from '@libp2p/interface'
 
 /** What a channel needs from the service that owns it */
@@ -18,12 +20,12 @@ export interface ChannelOwner {
   readonly opts: Pick<MessagingDefaults, 'outboundIdleTimeout' | 'maxInFlightPerPeer'>
   /** logger of the requester side */
   readonly outboundLog: Logger
-  framing(connection: Connection): Pick<FramedStreamInit, 'maxFrameSize' | 'log' | 'scan' | 'account' | 'charge'>
+  framing(connection: Connection): FramingInit
   channelClosed(channel: OutboundChannel): void
 }
 
-/** A call waiting for its answer on a channel */
-export interface PendingCall {
+/** A call waiting for its answer on a channel; one with a `deadline` is expired by the channel's timer */
+export interface PendingCall extends Expiring {
   onResponse?(payload: unknown): void
   onItem?(payload: unknown): void
   onEnd?(): void
@@ -42,6 +44,8 @@ export class OutboundChannel {
   private inFlight = 0
   private readonly waiters: Array<() => void> = []
   private readonly idle: IdleWatch
+  /** the one timer of the calls' deadlines */
+  private readonly deadlines = new Deadlines(() => this.calls.values())
 
   constructor (key: string, stream: Stream, connection: Connection, owner: ChannelOwner) {
     this.key = key
@@ -104,6 +108,9 @@ export class OutboundChannel {
 
   register (id: number, call: PendingCall): void {
     this.calls.set(id, call)
+    if (call.deadline != null) {
+      this.deadlines.watch(call.deadline)
+    }
   }
 
   unregister (id: number): void {
@@ -171,6 +178,7 @@ export class OutboundChannel {
 
   private onClose (err?: Error): void {
     this.idle.stop()
+    this.deadlines.stop()
     this.owner.channelClosed(this)
     const reason = err instanceof Error && (err as MessagingError).code != null
       ? err

@@ -125,6 +125,15 @@ export interface TransportNodeInit {
   dhtKBucketSize?: number
 
   /**
+   * Delay of the DHT's first self-query after start, in ms (0 to 60,000):
+   * lookups do not wait for it, and run first, so that a newcomer's first
+   * lookup does not compete with the dials of its self-query
+   *
+   * @default 1_000
+   */
+  selfQueryDelay?: number
+
+  /**
    * How long DHT provider records stay valid, in ms. Agents come and go, so
    * records live minutes, not IPFS's days: a node that stores a record drops it
    * after this long, and a providing node re-announces at half of it.
@@ -367,6 +376,9 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   if (!Number.isFinite(providerTtl) || providerTtl < 1000 || providerTtl > 2_147_483_647) {
     throw new InvalidArgumentError(`providerTtl must be 1000 to 2147483647 ms (the longest timer delay), got ${providerTtl}`)
   }
+  if (init.selfQueryDelay != null && (!Number.isInteger(init.selfQueryDelay) || init.selfQueryDelay < 0 || init.selfQueryDelay > 60_000)) {
+    throw new InvalidArgumentError(`selfQueryDelay must be an integer 0 to 60000 ms, got ${init.selfQueryDelay}`)
+  }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
   const pubsubOpts = pubsubOptions(init.pubsub)
   const { datastore, owned } = await openDatastore(init)
@@ -413,12 +425,14 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
-          // every query waits for the first self-query; kad-dht starts it 1 s
-          // after start-up by default, a second that every new node spent
-          // idle before its first lookup. The self-query itself waits for
-          // the first routing table peer, so it can start at once. (Queries
-          // do not wait for it to end either: releaseFirstQueries below.)
-          initialQuerySelfInterval: 0,
+          // kad-dht holds every query until its first self-query, which it
+          // starts 1 s after start-up by default; that hold is lifted
+          // (releaseFirstQueries below), so the self-query need not run at
+          // once, and it should not: it dials and pings the ~20 peers closest
+          // to the node, which on a newcomer competed with the dials of its
+          // first lookup (spec/transport.md 1, joining). It runs after
+          // `selfQueryDelay` instead.
+          initialQuerySelfInterval: init.selfQueryDelay ?? 1_000,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {

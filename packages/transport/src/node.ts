@@ -10,7 +10,7 @@ import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { guardControlFrames } from './muxer-guard.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
-import { loadGossipsub, loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
+import { loadGossipsub, loadLevelDatastore, loadMdns, loadSelfKeyLoader, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { GossipSub } from '@libp2p/gossipsub'
@@ -385,10 +385,15 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
 
   try {
     // gossipsub's module loads beside the core modules, not after them
-    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined])
-    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
+    const [stack, pubsub, loadOrCreateSelfKey] = await Promise.all([
+      loadStack(),
+      pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined,
+      init.privateKey == null ? loadSelfKeyLoader() : undefined
+    ])
+    const { createLibp2p, noise, yamux, bootstrap, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
-    const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
+    // a node not given its key keeps it in its datastore
+    const privateKey = init.privateKey ?? await loadOrCreateSelfKey?.(datastore)
 
     const transports = await Promise.all(kinds.map(loadTransport))
 

@@ -110,9 +110,11 @@ export const coldGroup = {
         // the bootstrap node changes per trial; never the agent's host
         const bootstrap = nodes[t % (NETWORK_SIZE - 1)].addresses()[0]
         // a trial that fails (no agent found in time on a loaded machine) is counted, not fatal
+        const got = {}
         const trial = (name, runs, run) => async () => {
           try {
-            runs.push(await run())
+            got[name] = await run()
+            runs.push(got[name])
           } catch (err) {
             failures[name] = (failures[name] ?? 0) + 1
             progress(`trial ${t + 1}: ${name} failed: ${String(err?.message ?? err).split('\n').find(l => /Error/.test(l)) ?? err}`)
@@ -127,9 +129,9 @@ export const coldGroup = {
           kinds.push(trial('before', beforeRuns, async () => runChild(`${before}/bench/cold/ioa-client.js`, [bootstrap, CAPABILITY], ['--import', `${before}/scripts/polyfill.js`])))
         }
         for (const k of kinds.slice(t % kinds.length).concat(kinds.slice(0, t % kinds.length))) await k()
-        const ms = (runs, f = 'firstResult') => runs.length > 0 ? `${runs[runs.length - 1][f].toFixed(0)} ms` : '-'
-        const last = ioaRuns[ioaRuns.length - 1]
-        progress(`trial ${t + 1}: ioa ${ms(ioaRuns)}${last != null ? ` (started ${last.started.toFixed(0)}, joined ${last.joined?.toFixed(0)}, discovered ${last.discovered.toFixed(0)})` : ''}, first-found ${ms(firstRuns)}, a2a ${ms(a2aRuns)}${before != null ? `, before ${ms(beforeRuns)}` : ''}`)
+        const ms = (name) => got[name] != null ? `${got[name].firstResult.toFixed(0)} ms` : 'failed'
+        const last = got.ioa
+        progress(`trial ${t + 1}: ioa ${ms('ioa')}${last != null ? ` (started ${last.started.toFixed(0)}, joined ${last.joined?.toFixed(0)}, discovered ${last.discovered.toFixed(0)})` : ''}, first-found ${ms('first-found')}, a2a ${ms('a2a')}${before != null ? `, before ${ms('before')}` : ''}`)
       }
     } finally {
       await a2a.stop()

@@ -4,8 +4,9 @@
 // as an identity of its own that it does not publish (a client, as the A2A
 // client is: hosting an agent would announce it in the DHT, work a
 // requester does not need). Prints one JSON line: `import` (ms of the
-// module import) and, from after the import, `started`, `discovered` and
-// `firstResult` (ms since the import ended).
+// module import) and, from after the import, `started`, `joined` (the
+// first connection to a peer is open), `discovered` and `firstResult` (ms
+// since the import ended).
 //
 //   node --import ./scripts/polyfill.js bench/cold/ioa-client.js <bootstrap multiaddr> <capability> [all|first]
 //
@@ -22,7 +23,11 @@ const { delegate } = await import('@ioa/collab')
 const [bootstrap, capability, mode = 'all'] = process.argv.slice(2)
 const since = () => performance.now() - t1
 
+let joined
 const node = await createIoaNode({ bootstrap: [bootstrap], transport: { transports: ['tcp'] } })
+const onConnect = () => { joined ??= since() }
+if (node.transport.getConnections().length > 0) onConnect()
+node.transport.addEventListener('connection:open', onConnect, { once: true })
 let out
 try {
   const me = await createIdentity()
@@ -40,7 +45,7 @@ try {
   const done = await node.tasks.submitAndWait(me, found[0].card.id, { skill: capability, input: { text: 'hello' }, proofs: [grant] },
     { signal: AbortSignal.timeout(30_000) })
   if (done.result?.text !== 'hello') throw new Error(`unexpected result ${JSON.stringify(done.result)}`)
-  out = { import: t1 - t0, started, discovered, firstResult: since() }
+  out = { import: t1 - t0, started, joined: joined ?? discovered, discovered, firstResult: since() }
 } finally {
   await node.stop()
 }

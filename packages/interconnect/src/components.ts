@@ -4,7 +4,7 @@
  * provides these pieces; `componentsFromNode` slices a transport node.
  */
 import type { Messaging, TransportNode } from '@ioa/transport'
-import type { AbortOptions, ComponentLogger, ContentRouting, Metrics, PeerId, PeerStore } from '@libp2p/interface'
+import type { AbortOptions, ComponentLogger, ContentRouting, Metrics, PeerId, PeerStore, PublicKey } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { CID } from 'multiformats/cid'
 
@@ -31,9 +31,13 @@ export interface InterconnectComponents {
   pubsub?: PubSub
 }
 
-/** A pubsub message as a topic validator sees it (gossipsub's `Message`) */
+/**
+ * A pubsub message as a topic validator sees it (gossipsub's `Message`);
+ * a signed one's `sequenceNumber`, `signature` and `key` are kept so that
+ * the snapshot can be handed on in index answers (spec section 12.6)
+ */
 export type PubSubMessage =
-  | { type: 'signed', from: PeerId, topic: string, data: Uint8Array }
+  | { type: 'signed', from: PeerId, topic: string, data: Uint8Array, sequenceNumber?: bigint, signature?: Uint8Array, key?: PublicKey }
   | { type: 'unsigned', topic: string, data: Uint8Array }
 
 /** What a topic validator decides (the values of gossipsub's `TopicValidatorResult`) */

@@ -108,7 +108,14 @@ export interface DiscoveryInit {
   opts: Defaults
   log: Logger
   /** The gossip index: peers that announced a capability (spec section 12.5) */
-  gossip?: { announcers(capability: string): string[], addresses(peer: string): string[] }
+  gossip?: {
+    announcers(capability: string): string[]
+    addresses(peer: string): string[]
+    /** The index query's candidates, for a lookup whose index has none (section 12.6) */
+    candidates?(capability: string, signal: AbortSignal): AsyncIterable<string[]>
+    /** Longest wait of the DHT walk for the index query's candidates to be fetched, ms */
+    queryHold?: number
+  }
 }
 
 export class Discovery {
@@ -127,6 +134,11 @@ export class Discovery {
   }
 
   async * discover (query: DiscoveryQuery, options: DiscoverOptions = {}): AsyncGenerator<DiscoveredAgent, void, undefined> {
+    yield * this.lookup(query, options)
+  }
+
+  /** `discover`, telling `onIndexDone` once the gossip channel's candidates (index and index query) are all fetched */
+  private async * lookup (query: DiscoveryQuery, options: DiscoverOptions, onIndexDone?: () => void): AsyncGenerator<DiscoveredAgent, void, undefined> {
     assertCapability(query.capability)
     const { opts, caches } = this.init
     const limit = options.limit ?? Infinity
@@ -169,7 +181,7 @@ export class Discovery {
     const collected: DiscoveredAgent[] = []
     const end: WalkEnd = { cut: false, lost: 0 }
 
-    void this.walk(query, signal, out, collected, options, end)
+    void this.walk(query, signal, out, collected, options, end, onIndexDone)
       .catch((err: any) => { this.log.error('lookup of %s failed: %s', query.capability, err?.message ?? err) })
       .finally(() => { out.end() })
 
@@ -206,7 +218,7 @@ export class Discovery {
    * and, beside them, walk its DHT record and fetch what the other
    * providers serve
    */
-  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions, end: WalkEnd): Promise<void> {
+  private async walk (query: DiscoveryQuery, signal: AbortSignal, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[], options: DiscoverOptions, end: WalkEnd, onIndexDone?: () => void): Promise<void> {
     const { components, opts } = this.init
     const self = components.peerId.toString()
     const cid = await capabilityCid(query.capability)
@@ -239,30 +251,56 @@ export class Discovery {
         }
       }
     }
+    const gossipFetches: Array<Promise<void>> = []
     const enqueue = async (peer: PeerId, source: 'gossip' | 'dht'): Promise<void> => {
       await fetches.onSizeLessThan(opts.fetchConcurrency)
       // `fetch` never rejects
-      void fetches.add(async () => { await fetch(peer, source) })
+      const job = fetches.add(async () => { await fetch(peer, source) })
+      if (source === 'gossip') gossipFetches.push(job)
     }
     // gossip announcers are known at once: they are queued first, and the
     // DHT walk runs beside them (each peer is fetched once, by either)
-    const fromGossip = (async () => {
-      const gossip = this.init.gossip
-      if (options.gossip === false || gossip == null) return
-      for (const id of gossip.announcers(query.capability)) {
-        if (id === self || fetched.has(id)) continue
+    const gossip = this.init.gossip
+    const fromIndex = async (ids: Iterable<string>): Promise<number> => {
+      let queued = 0
+      for (const id of ids) {
+        if (id === self || fetched.has(id) || gossip == null) continue
         fetched.add(id)
         const peer = peerIdFromString(id)
         // the snapshot's addresses spare the fetch a DHT walk for the peer
         const addrs = gossip.addresses(id)
         if (addrs.length > 0) await rememberAddresses(components.peerStore, { id: peer, multiaddrs: addrs.map(a => multiaddr(a)) }, this.log)
         await enqueue(peer, 'gossip')
+        queued++
+      }
+      return queued
+    }
+    const useGossip = options.gossip !== false && gossip != null
+    const indexed = useGossip ? gossip.announcers(query.capability).filter(id => id !== self) : []
+    // an index without an announcer (a newcomer's): ask the peers of the topic (section 12.6),
+    // and let the DHT walk wait for their candidates (not for the index's: it runs beside those)
+    const asking = useGossip && indexed.length === 0 && gossip.candidates != null
+    let releaseDht = (): void => {}
+    const dhtHeld = new Promise<void>(resolve => { releaseDht = resolve })
+    const fromGossip = (async () => {
+      if (!useGossip) return
+      await fromIndex(indexed)
+      if (asking) {
+        for await (const ids of gossip.candidates?.(query.capability, signal) ?? []) {
+          const n = await fromIndex(ids)
+          this.log('lookup of %s: the index query named %d candidate(s), %d new', query.capability, ids.length, n)
+        }
       }
     })().catch((err: any) => {
       // the DHT's providers are still fetched
       this.log.error('lookup of %s could not queue its gossip announcers: %s', query.capability, err?.message ?? err)
+    }).then(async () => {
+      await Promise.all(gossipFetches)
+      releaseDht()
+      onIndexDone?.()
     })
-    if (options.dht !== false) {
+    if (options.dht !== false && asking) await this.hold(dhtHeld, gossip?.queryHold ?? 0, signal)
+    if (options.dht !== false && !signal.aborted) {
       try {
         for await (const provider of components.contentRouting.findProviders(cid, { signal })) {
           const id = provider.id.toString()
@@ -282,6 +320,21 @@ export class Discovery {
     if (this.log.enabled) this.log('lookup of %s: the walk found %d provider(s) (%s)%s', query.capability, fetched.size, [...fetched].join(', '), end.cut ? ', cut short' : '')
   }
 
+  /** Wait for `released`, at most `ms` or until `signal` aborts */
+  private async hold (released: Promise<void>, ms: number, signal: AbortSignal): Promise<void> {
+    if (ms <= 0 || signal.aborted) return
+    let done = (): void => {}
+    const timeout = new Promise<void>(resolve => { done = resolve })
+    const timer = setTimeout(done, ms)
+    signal.addEventListener('abort', done, { once: true })
+    try {
+      await Promise.race([released, timeout])
+    } finally {
+      clearTimeout(timer)
+      signal.removeEventListener('abort', done)
+    }
+  }
+
   /** Verify-time work on the cards one provider served: route cache, lookup cache, results */
   private take (query: DiscoveryQuery, id: string, source: 'gossip' | 'dht', cards: SignedCard[], latency: number, out: { push(r: DiscoveredAgent): unknown }, collected: DiscoveredAgent[]): void {
     const { caches } = this.init
@@ -298,11 +351,36 @@ export class Discovery {
     }
   }
 
+  /**
+   * Every agent a lookup finds, best first. With `limit` or `wait.atLeast`,
+   * a lookup that holds that many once the gossip channel's candidates are
+   * all fetched ends there instead of waiting for the DHT walk (the first
+   * verified cards win: a newcomer's answer in one round trip to its
+   * bootstrap peer); otherwise, or while fewer are found, the walk runs on.
+   */
   async discoverAll (query: DiscoveryQuery, options: DiscoverOptions = {}): Promise<DiscoveredAgent[]> {
     const { wait, ...once } = options
     const found = new Map<string, DiscoveredAgent>()
+    const need = wait?.atLeast ?? options.limit
     const lookup = async (o: DiscoverOptions): Promise<void> => {
-      for await (const r of this.discover(query, { ...o, limit: undefined })) found.set(r.card.id, r)
+      const enough = new AbortController()
+      let indexDone = false
+      const check = (): void => {
+        if (need != null && indexDone && found.size >= need && !enough.signal.aborted) {
+          this.log('lookup of %s ends with %d agent(s) once the gossip candidates are fetched: the DHT walk is not waited for', query.capability, found.size)
+          enough.abort()
+        }
+      }
+      const signal = anySignal([enough.signal, o.signal])
+      try {
+        for await (const r of this.lookup(query, { ...o, limit: undefined, signal }, () => { indexDone = true; check() })) {
+          found.set(r.card.id, r)
+          check()
+          if (enough.signal.aborted) break
+        }
+      } finally {
+        signal.clear()
+      }
     }
     if (wait == null) {
       await lookup(once)

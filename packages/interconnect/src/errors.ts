@@ -99,11 +99,16 @@ export class SnapshotTooLargeError extends withCode(InterconnectError, 'SNAPSHOT
   static override name = 'SnapshotTooLargeError'
 }
 
+/** An index answer holds a snapshot that does not announce the capability asked for (spec section 12.6) */
+export class UnrequestedSnapshotError extends withCode(InterconnectError, 'SNAPSHOT_NOT_REQUESTED', 'Index answer holds a snapshot not asked for') {
+  static override name = 'UnrequestedSnapshotError'
+}
+
 /** The classes by wire code, for `fromRemote` */
 const FAMILY = new ErrorFamily<InterconnectError>(InterconnectError).register(
   InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError, ExpiredCardError, CardBindingError, UnknownAgentError,
   PeerUnreachableError, AgentNotHereError, NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
-  InvalidSnapshotError, SnapshotTooLargeError
+  InvalidSnapshotError, SnapshotTooLargeError, UnrequestedSnapshotError
 )
 
 /**

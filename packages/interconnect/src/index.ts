@@ -9,7 +9,7 @@
  * Wire formats: `spec/interconnect.md`.
  */
 export { createInterconnect, interconnectFromComponents } from './interconnect.js'
-export { CARD_PROTOCOL, ROUTE_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
+export { CARD_PROTOCOL, ROUTE_PROTOCOL, CAPS_INDEX_PROTOCOL, MAX_CARDS_PER_LIST } from './protocols.js'
 export { componentsFromNode } from './components.js'
 export type { InterconnectComponents, PubSub, PubSubMessage, PubSubVerdict } from './components.js'
 export type {
@@ -37,11 +37,13 @@ export {
   InterconnectError, InvalidDidError, InvalidCapabilityError, InvalidCardError, InvalidSignatureError,
   ExpiredCardError, CardBindingError, UnknownAgentError, PeerUnreachableError, AgentNotHereError,
   NoInboxError, NotExportedError, RateLimitedError, DuplicateAgentError, BadRequestError, ForbiddenError,
-  InvalidSnapshotError, SnapshotTooLargeError, fromRemote
+  InvalidSnapshotError, SnapshotTooLargeError, UnrequestedSnapshotError, fromRemote
 } from './errors.js'
 export { encodeSnapshot, decodeSnapshot, gossipTopic, GOSSIP_TOPIC_PREFIX, SNAPSHOT_VERSION } from './gossip/snapshot.js'
 export type { CapabilitySnapshot, SnapshotLimits } from './gossip/snapshot.js'
 export type { GossipView, GossipStats } from './gossip/channel.js'
+export { signedBytes } from './gossip/signed-entry.js'
+export type { SignedEntry } from './gossip/signed-entry.js'
 export type { CapabilityIndexStats } from './gossip/cap-index.js'
 export type { GossipInit } from './gossip/options.js'
 export { createGateway, gatewayFromComponents } from './gateway.js'

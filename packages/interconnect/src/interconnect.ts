@@ -112,6 +112,8 @@ class DefaultInterconnect implements InterconnectService {
     }
     return new GossipChannel({
       pubsub: components.pubsub,
+      messaging: components.messaging,
+      requestTimeout: this.opts.requestTimeout,
       peerId: components.peerId,
       domain: this.opts.domain,
       opts,
@@ -153,7 +155,7 @@ class DefaultInterconnect implements InterconnectService {
     this.announcer.start()
     await this.cards.start()
     await this.router.start()
-    this.gossipChannel?.start()
+    await this.gossipChannel?.start()
     this.components.events.addEventListener('self:peer:update', this.onAddressChange)
     this.refreshTimer = setInterval(() => { void this.directory.resignAll() }, Math.max(1_000, this.opts.cardTtl / 2))
     this.refreshTimer.unref?.()

@@ -12,3 +12,6 @@ export const LIST_BYTE_BUDGET = 786_432
 
 /** Most cards one `list` answer carries */
 export const MAX_CARDS_PER_LIST = 256
+
+/** Index query: ask a peer for its gossip index entries of one capability (spec section 12.6) */
+export const CAPS_INDEX_PROTOCOL = '/ioa/caps-index/1.0.0'

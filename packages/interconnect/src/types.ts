@@ -253,7 +253,7 @@ export interface DiscoveredAgent {
   latency?: number
   alive: boolean
   local: boolean
-  /** Where this result came from (`gossip`: its peer announced the capability over gossip) */
+  /** Where this result came from (`gossip`: its peer announced the capability over gossip, or a peer's index named it, spec 12.6) */
   source: 'local' | 'cache' | 'dht' | 'gossip'
   /** What this node has seen of the agent, when anything */
   history?: AgentHistory
@@ -261,7 +261,12 @@ export interface DiscoveredAgent {
 }
 
 export interface DiscoverOptions extends AbortOptions {
-  /** Stop after this many results */
+  /**
+   * Stop after this many results. For `discoverAll`: return at most this
+   * many, best first; a lookup that holds this many once the gossip
+   * channel's candidates are fetched (the index, or a newcomer's index
+   * query, spec section 12.6) ends there without waiting for the DHT walk
+   */
   limit?: number
   /** Give up the lookup after this long, in ms (results so far are kept) @default 10_000 */
   timeout?: number

@@ -63,7 +63,9 @@ describe('interconnect over TCP', () => {
     }, { ...POLL, what: 'exact lookup' })
     expect(exact[0].card.id).toBe(hotelA.did)
     expect(exact[0].peer).toBe(net.nodes[2].peerId.toString())
-    expect(exact[0].source).toBe('dht')
+    // an asker whose gossip index is still empty asks its neighbours' indexes
+    // (spec 12.6) beside the DHT walk: either channel may name the host first
+    expect(['dht', 'gossip']).toContain(exact[0].source)
     expect(exact[0].latency).toBeGreaterThan(0)
 
     const prefix = await until(async () => {

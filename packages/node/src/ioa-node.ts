@@ -8,6 +8,7 @@
 import { RevocationStore, createAssignmentService, createOrchestrator, createRevocation, createRevocationService, createTaskService, createTeamService, delegate } from '@ioa/collab'
 import { createInterconnect } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
+import { generateKeyPair } from '@libp2p/crypto/keys'
 import { defaultLogger } from '@libp2p/logger'
 import { openNodeStore } from './data-dir.js'
 import { LayerError } from './errors.js'
@@ -452,9 +453,14 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   try {
     const where = init.dataDir ?? (init.datastore != null ? 'the node\'s datastore' : 'memory')
     const keys = await openKeyStore(datastore, { ...init.keyStore, persistent: owned, where })
+    // a node with neither a data directory nor a datastore of the caller's
+    // has a fresh identity that nothing reads back: made here, so that the
+    // transport need not load the key loader (and keychain) to store it
+    const ephemeral = init.dataDir == null && init.datastore == null && keys == null
+    const nodeKey = init.transport?.privateKey ?? (ephemeral ? await generateKeyPair('Ed25519') : undefined)
     transport = await createTransportNode({
       ...init.transport,
-      ...nodeKeyOption(keys, init.transport?.privateKey),
+      ...nodeKeyOption(keys, nodeKey),
       listen: init.listen,
       bootstrap: init.bootstrap,
       datastore,

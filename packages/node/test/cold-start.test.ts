@@ -2,6 +2,12 @@
  * A newcomer's first steps over TCP on 127.0.0.1 (issue 11 item 15): what
  * a node can do right after `createIoaNode({ bootstrap })` returns.
  */
+import { execFile } from 'node:child_process'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createIoaNode } from '../src/index.js'
 import type { IoaNode } from '../src/index.js'
@@ -25,5 +31,44 @@ describe('cold start over TCP', () => {
     // no wait for the bootstrap connection: the peer id alone
     const answer = await newcomer.transport.services.messaging.request(first.transport.peerId, PROTOCOL, 'echo', { hello: 'cold' }, { timeout: 20_000 })
     expect(answer).toEqual({ hello: 'cold' })
+  })
+
+  it('a node with no data directory or datastore starts without loading the key loader and keychain, with a fresh identity each time', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ioa-cold-'))
+    try {
+      const log = join(dir, 'loaded.txt')
+      // a module hook in a fresh process notes every module it loads
+      const hook = `import { appendFileSync } from 'node:fs'; export async function load (url, context, next) { appendFileSync(${JSON.stringify(log)}, url + '\\n'); return next(url, context) }`
+      const script = [
+        "import { register } from 'node:module'",
+        `register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}))`,
+        "const { createIoaNode } = await import('@ioa/node')",
+        "const a = await createIoaNode({ transport: { transports: ['tcp'] } })",
+        "const b = await createIoaNode({ transport: { transports: ['tcp'] } })",
+        'process.stdout.write(JSON.stringify([a.transport.peerId.toString(), b.transport.peerId.toString()]))',
+        'await a.stop(); await b.stop()'
+      ].join('\n')
+      const root = fileURLToPath(new URL('../../../', import.meta.url))
+      const { stdout } = await promisify(execFile)(process.execPath, ['--import', join(root, 'scripts/polyfill.js'), '--input-type=module', '-e', script], { cwd: root, timeout: 60_000 })
+      const [a, b] = JSON.parse(stdout) as string[]
+      expect(a).not.toBe(b)
+      const loaded = await readFile(log, 'utf8')
+      // the stack itself was loaded (the hook saw it), its key loader not
+      expect(loaded).toMatch(/node_modules\/libp2p\//)
+      expect(loaded).not.toMatch(/node_modules\/@libp2p\/(config|keychain)\//)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a node given a datastore keeps its identity in it across restarts', async () => {
+    const { MemoryDatastore } = await import('datastore-core')
+    const datastore = new MemoryDatastore()
+    const first = await createIoaNode({ transport: TRANSPORT, datastore })
+    const id = first.transport.peerId.toString()
+    await first.stop()
+    const again = await createIoaNode({ transport: TRANSPORT, datastore })
+    nodes.push(again)
+    expect(again.transport.peerId.toString()).toBe(id)
   })
 })

@@ -11,7 +11,7 @@ import { messaging } from './messaging.js'
 import { corkEncrypted } from './cork-writes.js'
 import { guardControlFrames } from './muxer-guard.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
-import { loadGossipsub, loadLevelDatastore, loadMdns, loadStack, loadTransport } from './stack.js'
+import { loadGossipsub, loadLevelDatastore, loadMdns, loadSelfKeyLoader, loadStack, loadTransport } from './stack.js'
 import type { Messaging, MessagingInit } from './messaging.js'
 import type { PrivateNetworkInit } from './private-network.js'
 import type { GossipSub } from '@libp2p/gossipsub'
@@ -124,6 +124,15 @@ export interface TransportNodeInit {
    * @default 20
    */
   dhtKBucketSize?: number
+
+  /**
+   * Delay of the DHT's first self-query after start, in ms (0 to 60,000):
+   * lookups do not wait for it, and run first, so that a newcomer's first
+   * lookup does not compete with the dials of its self-query
+   *
+   * @default 1_000
+   */
+  selfQueryDelay?: number
 
   /**
    * How long DHT provider records stay valid, in ms. Agents come and go, so
@@ -379,16 +388,24 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   if (!Number.isFinite(providerTtl) || providerTtl < 1000 || providerTtl > 2_147_483_647) {
     throw new InvalidArgumentError(`providerTtl must be 1000 to 2147483647 ms (the longest timer delay), got ${providerTtl}`)
   }
+  if (init.selfQueryDelay != null && (!Number.isInteger(init.selfQueryDelay) || init.selfQueryDelay < 0 || init.selfQueryDelay > 60_000)) {
+    throw new InvalidArgumentError(`selfQueryDelay must be an integer 0 to 60000 ms, got ${init.selfQueryDelay}`)
+  }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
   const pubsubOpts = pubsubOptions(init.pubsub)
   const { datastore, owned } = await openDatastore(init)
 
   try {
     // gossipsub's module loads beside the core modules, not after them
-    const [stack, pubsub] = await Promise.all([loadStack(), pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined])
-    const { createLibp2p, noise, yamux, bootstrap, loadOrCreateSelfKey, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
+    const [stack, pubsub, loadOrCreateSelfKey] = await Promise.all([
+      loadStack(),
+      pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined,
+      init.privateKey == null ? loadSelfKeyLoader() : undefined
+    ])
+    const { createLibp2p, noise, yamux, bootstrap, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
     const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
-    const privateKey = init.privateKey ?? await loadOrCreateSelfKey(datastore)
+    // a node not given its key keeps it in its datastore
+    const privateKey = init.privateKey ?? await loadOrCreateSelfKey?.(datastore)
 
     const transports = await Promise.all(kinds.map(loadTransport))
 
@@ -426,12 +443,14 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           clientMode: init.dhtClientMode ?? false,
           peerInfoMapper: (init.allowPrivateAddresses ?? true) ? passthroughMapper : removePrivateAddressesMapper,
           kBucketSize: init.dhtKBucketSize,
-          // every query waits for the first self-query; kad-dht starts it 1 s
-          // after start-up by default, a second that every new node spent
-          // idle before its first lookup. The self-query itself waits for
-          // the first routing table peer, so it can start at once. (Queries
-          // do not wait for it to end either: releaseFirstQueries below.)
-          initialQuerySelfInterval: 0,
+          // kad-dht holds every query until its first self-query, which it
+          // starts 1 s after start-up by default; that hold is lifted
+          // (releaseFirstQueries below), so the self-query need not run at
+          // once, and it should not: it dials and pings the ~20 peers closest
+          // to the node, which on a newcomer competed with the dials of its
+          // first lookup (spec/transport.md 1, joining). It runs after
+          // `selfQueryDelay` instead.
+          initialQuerySelfInterval: init.selfQueryDelay ?? 1_000,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
           reprovide: {

@@ -11,12 +11,11 @@ import type { TransportKind } from './node.js'
 
 /** The modules every node needs */
 async function core () {
-  const [libp2p, noise, yamux, bootstrap, config, identify, kad, ping] = await Promise.all([
+  const [libp2p, noise, yamux, bootstrap, identify, kad, ping] = await Promise.all([
     import('libp2p'),
     import('@chainsafe/libp2p-noise'),
     import('@chainsafe/libp2p-yamux'),
     import('@libp2p/bootstrap'),
-    import('@libp2p/config'),
     import('@libp2p/identify'),
     import('@libp2p/kad-dht'),
     import('@libp2p/ping')
@@ -26,7 +25,6 @@ async function core () {
     noise: noise.noise,
     yamux: yamux.yamux,
     bootstrap: bootstrap.bootstrap,
-    loadOrCreateSelfKey: config.loadOrCreateSelfKey,
     identify: identify.identify,
     kadDHT: kad.kadDHT,
     passthroughMapper: kad.passthroughMapper,
@@ -48,6 +46,15 @@ export async function loadTransport (kind: TransportKind) {
   if (kind === 'tcp') return (await import('@libp2p/tcp')).tcp()
   if (kind === 'websockets') return (await import('@libp2p/websockets')).webSockets()
   return (await import('@libp2p/memory')).memory()
+}
+
+/**
+ * The loader of a node's own key from its datastore (`@libp2p/config`, with
+ * the keychain it brings: a third of the stack's load time), only for a
+ * node that is not given its key
+ */
+export async function loadSelfKeyLoader () {
+  return (await import('@libp2p/config')).loadOrCreateSelfKey
 }
 
 /** The gossipsub router (the `pubsub` service) */

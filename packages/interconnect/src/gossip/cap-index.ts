@@ -11,6 +11,7 @@
  */
 import { BoundedMap } from '@ioa/transport/internal'
 import { capabilityPrefixes } from '../capability.js'
+import type { SignedEntry } from './signed-entry.js'
 import type { CapabilitySnapshot } from './snapshot.js'
 
 export interface CapabilityIndexInit {
@@ -28,6 +29,8 @@ interface Entry {
   names: Set<string>
   /** The announcer's addresses from its snapshot (those naming another peer left out) */
   addrs: string[]
+  /** The snapshot as its announcer signed it, to hand on in index answers (section 12.6) */
+  signed?: SignedEntry
 }
 
 /** What happened to a snapshot given to `apply` */
@@ -71,7 +74,7 @@ export class CapabilityIndex {
   }
 
   /** Store a snapshot of `peer` unless it is stale (replace semantics) */
-  apply (peer: string, snapshot: CapabilitySnapshot, now = Date.now()): ApplyResult {
+  apply (peer: string, snapshot: CapabilitySnapshot, now = Date.now(), signed?: SignedEntry): ApplyResult {
     if (this.isStale(peer, snapshot.seq, now)) return 'stale'
     const names = new Set<string>()
     for (const c of snapshot.caps) {
@@ -83,7 +86,7 @@ export class CapabilityIndex {
       this.unindex(peer, old, names)
     }
     const addrs = (snapshot.addrs ?? []).filter(a => ownAddress(a, peer))
-    const entry: Entry = { seq: snapshot.seq, expiresAt: now + Math.min(snapshot.ttl, this.init.maxTtl), names, addrs }
+    const entry: Entry = { seq: snapshot.seq, expiresAt: now + Math.min(snapshot.ttl, this.init.maxTtl), names, addrs, ...(signed != null ? { signed } : {}) }
     const added: string[] = []
     for (const n of names) {
       let peers = this.byName.get(n)
@@ -124,6 +127,16 @@ export class CapabilityIndex {
     for (const peer of this.byName.get(capability) ?? []) {
       const e = this.entries.peek(peer)
       if (e != null && e.expiresAt > now) out.push(peer)
+    }
+    return out
+  }
+
+  /** The signed snapshots of the unexpired announcers of `capability` (those held without a signature left out) */
+  signed (capability: string, now = Date.now()): Array<{ peer: string, entry: SignedEntry }> {
+    const out: Array<{ peer: string, entry: SignedEntry }> = []
+    for (const peer of this.byName.get(capability) ?? []) {
+      const e = this.entries.peek(peer)
+      if (e?.signed != null && e.expiresAt > now) out.push({ peer, entry: e.signed })
     }
     return out
   }

@@ -11,16 +11,24 @@
  * the one the index must hold, so the payload is decoded only once.
  */
 import { TokenBuckets } from '@ioa/transport/internal'
+import { pushable } from 'it-pushable'
 import { CapabilityIndex } from './cap-index.js'
+import { IndexQuery } from './index-query.js'
 import { GossipPublisher } from './publisher.js'
+import { entryOf } from './signed-entry.js'
 import { decodeSnapshot, gossipTopic } from './snapshot.js'
 import type { CapabilityIndexStats } from './cap-index.js'
 import type { GossipDefaults } from './options.js'
-import type { PubSub, PubSubMessage, PubSubVerdict } from '../components.js'
-import type { Logger, PeerId } from '@libp2p/interface'
+import type { IndexAnswer } from './index-query.js'
+import type { InterconnectComponents, PubSub, PubSubMessage, PubSubVerdict } from '../components.js'
+import type { AbortOptions, Logger, PeerId } from '@libp2p/interface'
 
 export interface GossipChannelInit {
   pubsub: PubSub
+  /** Index queries (section 12.6) are asked and answered through it */
+  messaging: InterconnectComponents['messaging']
+  /** Time an index query may take, in ms */
+  requestTimeout: number
   peerId: PeerId
   domain: string
   opts: GossipDefaults
@@ -47,6 +55,10 @@ export interface GossipStats extends CapabilityIndexStats {
   limited: number
   /** Snapshots rejected by the validator, by error code */
   rejected: Record<string, number>
+  /** Index queries this node answered (section 12.6) */
+  queriesServed: number
+  /** Index answers this node refused (a bad signature, too large, not what was asked) */
+  answersRefused: number
 }
 
 /** Read access to the gossip index (`Interconnect.gossip`) */
@@ -57,14 +69,25 @@ export interface GossipView {
   announcers(capability: string): string[]
   /** The addresses `peer` listed in its current snapshot (empty when none or unknown) */
   addresses(peer: string): string[]
+  /**
+   * Ask `peer` for its index entries of `capability` (section 12.6), verify
+   * them and take them into this node's index; resolves with the announcers
+   * (and `peer` itself when it announces the capability). Throws a typed
+   * error for a hostile answer (`INVALID_SIGNATURE`, `SNAPSHOT_TOO_LARGE`,
+   * `SNAPSHOT_NOT_REQUESTED`, `INVALID_SNAPSHOT`, `BAD_REQUEST`) or a refusal (`RATE_LIMITED`)
+   */
+  ask(peer: PeerId, capability: string, options?: AbortOptions): Promise<string[]>
 }
 
 export class GossipChannel implements GossipView {
   readonly topic: string
+  /** Longest wait of a lookup's DHT walk for the index query's candidates, ms */
+  readonly queryHold: number
   private readonly init: GossipChannelInit
   private readonly log: Logger
   private readonly index: CapabilityIndex
   private readonly publisher: GossipPublisher
+  private readonly query: IndexQuery
   private readonly self: string
   private accepted = 0
   private ignored = 0
@@ -76,13 +99,21 @@ export class GossipChannel implements GossipView {
   private readonly onSubscriptionChange = (evt: CustomEvent<{ peerId: PeerId, subscriptions: Array<{ topic: string, subscribe: boolean }> }>): void => {
     // a neighbour that leaves the topic may still be reachable through others:
     // only its withdrawal or the ttl takes it out of the index
-    if (evt.detail.subscriptions.some(s => s.topic === this.topic && s.subscribe)) this.publisher.peerSubscribed()
+    if (evt.detail.subscriptions.some(s => s.topic === this.topic && s.subscribe)) {
+      this.publisher.peerSubscribed()
+      for (const wake of this.waiting) wake()
+      this.waiting.clear()
+    }
   }
+
+  /** Lookups waiting for a first peer of the topic to ask */
+  private readonly waiting = new Set<() => void>()
 
   constructor (init: GossipChannelInit) {
     this.init = init
     this.log = init.log
     this.topic = gossipTopic(init.domain)
+    this.queryHold = init.opts.queryHold
     this.self = init.peerId.toString()
     this.index = new CapabilityIndex({
       maxAnnouncers: init.opts.maxAnnouncers,
@@ -92,9 +123,11 @@ export class GossipChannel implements GossipView {
     })
     this.budgets = new TokenBuckets(init.opts.maxSnapshotsPerMinute, 60_000, init.opts.maxAnnouncers)
     this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps, addrs: init.addrs })
+    this.query = new IndexQuery({ messaging: init.messaging, index: this.index, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps, timeout: init.requestTimeout })
   }
 
-  start (): void {
+  async start (): Promise<void> {
+    await this.query.start()
     const { pubsub } = this.init
     pubsub.topicValidators.set(this.topic, this.validate)
     pubsub.addEventListener('subscription-change', this.onSubscriptionChange)
@@ -107,6 +140,9 @@ export class GossipChannel implements GossipView {
 
   async stop (): Promise<void> {
     clearInterval(this.pruneTimer)
+    for (const wake of this.waiting) wake()
+    this.waiting.clear()
+    await this.query.stop()
     await this.publisher.stop()
     const { pubsub } = this.init
     pubsub.removeEventListener('subscription-change', this.onSubscriptionChange)
@@ -134,7 +170,80 @@ export class GossipChannel implements GossipView {
   }
 
   stats (): GossipStats {
-    return { topic: this.topic, ...this.index.stats(), published: this.publisher.published, accepted: this.accepted, ignored: this.ignored, limited: this.limited, rejected: { ...this.rejected } }
+    return {
+      topic: this.topic,
+      ...this.index.stats(),
+      published: this.publisher.published,
+      accepted: this.accepted,
+      ignored: this.ignored,
+      limited: this.limited,
+      rejected: { ...this.rejected },
+      queriesServed: this.query.served,
+      answersRefused: this.query.refused
+    }
+  }
+
+  async ask (peer: PeerId, capability: string, options?: AbortOptions): Promise<string[]> {
+    return this.take(peer, await this.query.ask(peer, capability, options))
+  }
+
+  /** Take a verified index answer of `from` into the index (as gossip would have brought it); the candidates it names */
+  private take (from: PeerId, answer: IndexAnswer): string[] {
+    const now = Date.now()
+    const out: string[] = []
+    for (const { peer, snapshot, entry } of answer.entries) {
+      const id = peer.toString()
+      if (id === this.self) continue
+      // a snapshot older than the one held leaves the index as it is; the announcer is a candidate either way
+      if (this.index.apply(id, snapshot, now, entry) === 'stored') this.accepted++
+      out.push(id)
+    }
+    const responder = from.toString()
+    if (answer.self && responder !== this.self && !out.includes(responder)) out.push(responder)
+    return out
+  }
+
+  /**
+   * The candidates of a lookup of `capability` whose index has none: the
+   * answers of up to `queryPeers` peers of the topic (waiting up to
+   * `queryWait` for a first one), as each arrives; a failed or refused
+   * answer is logged and skipped
+   */
+  async * candidates (capability: string, signal: AbortSignal): AsyncGenerator<string[], void, undefined> {
+    const { opts } = this.init
+    if (opts.queryPeers === 0) return
+    let peers = this.init.pubsub.getSubscribers(this.topic)
+    if (peers.length === 0 && opts.queryWait > 0) {
+      await this.topicPeer(signal)
+      peers = this.init.pubsub.getSubscribers(this.topic)
+    }
+    if (peers.length === 0 || signal.aborted) return
+    const out = pushable<string[]>({ objectMode: true })
+    const asks = peers.slice(0, opts.queryPeers).map(async peer => {
+      try {
+        out.push(await this.ask(peer, capability, { signal }))
+      } catch (err: any) {
+        // refused answers were logged with their reason; a peer that does not speak the query (an older node) is skipped
+        this.log.trace('index query of %s to %p failed: %s %s', capability, peer, err?.code, err?.message ?? err)
+      }
+    })
+    void Promise.all(asks).finally(() => out.end())
+    yield * out
+  }
+
+  /** Wait for a first subscribed peer of the topic, at most `queryWait` ms or until `signal` aborts */
+  private async topicPeer (signal: AbortSignal): Promise<void> {
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        clearTimeout(timer)
+        signal.removeEventListener('abort', done)
+        this.waiting.delete(done)
+        resolve()
+      }
+      const timer = setTimeout(done, this.init.opts.queryWait)
+      signal.addEventListener('abort', done, { once: true })
+      this.waiting.add(done)
+    })
   }
 
   /** Check a message of the topic and, when accepted, store it */
@@ -164,7 +273,7 @@ export class GossipChannel implements GossipView {
       this.log('ignored an expired snapshot of %s (seq %d, ttl %d): a replay or a slow path', from, snapshot.seq, snapshot.ttl)
       return 'ignore'
     }
-    if (this.index.apply(from, snapshot, now) === 'stale') {
+    if (this.index.apply(from, snapshot, now, entryOf(message)) === 'stale') {
       this.ignored++
       this.log.trace('ignored snapshot seq %d of %s: not newer than the one held', snapshot.seq, from)
       return 'ignore'

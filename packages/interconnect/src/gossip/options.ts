@@ -88,6 +88,57 @@ export interface GossipInit {
    * @default 60_000
    */
   clockSkew?: number
+
+  /**
+   * Most connected peers of the topic a lookup asks for their index entries
+   * of a capability (the index query, spec section 12.6) when this node's
+   * own index has no announcer of it, as a newcomer's has not; 0 never asks
+   *
+   * @default 2
+   */
+  queryPeers?: number
+
+  /**
+   * How long such a lookup waits for a first connected peer of the topic
+   * to ask (a newcomer's bootstrap connection), in ms
+   *
+   * @default 2_000
+   */
+  queryWait?: number
+
+  /**
+   * A lookup that asks the index query (its own index has no announcer)
+   * starts its DHT walk once the query's candidates are fetched, or after
+   * this many ms, whichever comes first: a newcomer then dials the
+   * announcer its bootstrap peer named before the peers of a walk it may not need
+   *
+   * @default 1_000
+   */
+  queryHold?: number
+
+  /**
+   * Most entries in one index answer, sent or received: a longer answer is
+   * refused (`SNAPSHOT_TOO_LARGE`)
+   *
+   * @default 32
+   */
+  queryMaxEntries?: number
+
+  /**
+   * Most bytes of snapshots in one index answer, sent or received: a larger
+   * answer is refused (`SNAPSHOT_TOO_LARGE`)
+   *
+   * @default 262_144
+   */
+  queryMaxBytes?: number
+
+  /**
+   * Most index queries answered per asking peer per minute (in bursts of
+   * as many); more are refused with `RATE_LIMITED`
+   *
+   * @default 30
+   */
+  queriesPerMinute?: number
 }
 
 export type GossipDefaults = Required<GossipInit>
@@ -106,7 +157,13 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     maxAnnouncers: init.maxAnnouncers ?? 10_000,
     maxIndexedNames: init.maxIndexedNames ?? 262_144,
     maxSnapshotsPerMinute: init.maxSnapshotsPerMinute ?? 30,
-    clockSkew: init.clockSkew ?? 60_000
+    clockSkew: init.clockSkew ?? 60_000,
+    queryPeers: init.queryPeers ?? 2,
+    queryWait: init.queryWait ?? 2_000,
+    queryHold: init.queryHold ?? 1_000,
+    queryMaxEntries: init.queryMaxEntries ?? 32,
+    queryMaxBytes: init.queryMaxBytes ?? 262_144,
+    queriesPerMinute: init.queriesPerMinute ?? 30
   }
   const ranges: Record<keyof GossipDefaults, [number, number]> = {
     interval: [100, 86_400_000],
@@ -119,7 +176,13 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     maxAnnouncers: [1, 10_000_000],
     maxIndexedNames: [1, 100_000_000],
     maxSnapshotsPerMinute: [1, 60_000],
-    clockSkew: [0, 86_400_000]
+    clockSkew: [0, 86_400_000],
+    queryPeers: [0, 16],
+    queryWait: [0, 60_000],
+    queryHold: [0, 60_000],
+    queryMaxEntries: [1, 256],
+    queryMaxBytes: [1_024, 786_432],
+    queriesPerMinute: [1, 60_000]
   }
   for (const [key, [min, max]] of Object.entries(ranges) as Array<[keyof GossipDefaults, [number, number]]>) {
     const v = opts[key]

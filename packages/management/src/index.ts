@@ -57,3 +57,8 @@ export type { DiscoveringService, SubmittingService } from './metrics/metered.js
 export { startManagementServer, HTTP_DEFAULTS } from './http/server.js'
 export type { ManagementServer, ManagementServerInit, RouteHandler, RouteOptions, RouteRequest, RouteResponse } from './http/server.js'
 export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from './http/errors.js'
+
+// the dashboard: its page and data API on the management HTTP server (spec/management.md 2.6)
+export { serveDashboard, DASHBOARD_DEFAULTS } from './dashboard/dashboard.js'
+export type { Dashboard, DashboardInit, DashboardNode } from './dashboard/dashboard.js'
+export type { TimelineEntry, TaskEntry, ConversationEntry } from './dashboard/timeline.js'

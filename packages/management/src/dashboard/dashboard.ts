@@ -69,6 +69,8 @@ export interface DashboardNode extends ManagedNode {
 export interface Dashboard {
   /** Entries in the timeline so far (the newest's number) */
   readonly seq: number
+  /** Timeline readers waiting now */
+  readonly waiting: number
   /** Stop following the node; readers waiting are answered */
   close(): void
 }
@@ -183,6 +185,7 @@ export async function serveDashboard (
   log('dashboard served (%s)', files.size === Object.keys(ASSETS).length ? 'page bundled' : 'page not built')
   return {
     get seq () { return timeline.seq },
+    get waiting () { return timeline.waiting },
     close () {
       offTask()
       stop.abort()

@@ -71,12 +71,12 @@ describe.skipIf(CHROMIUM == null)('dashboard in Chromium', () => {
     const user = await createIdentity()
     grant = await delegate(user, { audience: car.did, capabilities: [{ skill: 'demo.*' }], expiresAt: Date.now() + HOUR })
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] })
-  })
+  }, 120_000)
 
   afterAll(async () => {
     await browser?.close()
     for (const n of [b, a, agent]) await n?.stop()
-  })
+  }, 60_000)
 
   it('shows the nodes and agents, a submitted task appears live in the timeline, no console errors', async () => {
     const http = agent.management?.http
@@ -91,7 +91,7 @@ describe.skipIf(CHROMIUM == null)('dashboard in Chromium', () => {
     expect(new URL(page.url()).pathname).toBe('/')
     // the three nodes, as table rows and as graph elements (the graph's node ids are peer ids)
     for (const n of [agent, a, b]) {
-      await page.locator(`#nodes tbody tr[data-did="${n.nodeIdentity.did}"]`).waitFor({ timeout: 60_000 })
+      await page.locator(`#nodes tbody tr[data-did="${n.nodeIdentity.did}"]`).waitFor({ timeout: 45_000 })
     }
     await page.waitForFunction((peers: string[]) => {
       const cy = (window as any).ioaDashboard?.cy
@@ -112,7 +112,7 @@ describe.skipIf(CHROMIUM == null)('dashboard in Chromium', () => {
     await page.screenshot({ path: join(tmpdir(), 'ioa-dashboard.png'), fullPage: true })
     expect(errors).toEqual([])
     await page.close()
-  })
+  }, 180_000)
 
   it('the data API needs the token (401) and refuses a foreign Host (421); the page itself is open', async () => {
     const http = agent.management?.http

@@ -145,12 +145,12 @@ const buckets = new Map() // bucket start -> { completed, failed, refused, laten
 const skills = new Set()
 
 function count (e) {
-  if (e.kind !== 'task' || e.type === 'started') return
+  if (e.kind !== 'task' || e.type === 'started' || e.type === 'working') return
   const start = Math.floor(e.at / BUCKET) * BUCKET
   const b = buckets.get(start) ?? { completed: 0, failed: 0, refused: 0, latency: new Map() }
   buckets.set(start, b)
   if (e.type === 'completed') b.completed++
-  else if (e.type === 'refused') b.refused++
+  else if (e.type === 'refused' || e.type === 'rejected' || e.type === 'error') b.refused++
   else b.failed++
   if (e.duration != null && e.skill != null) {
     skills.add(e.skill)
@@ -163,7 +163,7 @@ function count (e) {
 
 function describe (e) {
   if (e.kind === 'conversation') return [`${e.type}`, `team ${short(e.team)} from ${short(e.from)}`]
-  const parts = [e.skill ?? '(unparsed request)']
+  const parts = [e.side === 'client' ? `asked ${e.skill}` : e.skill ?? '(unparsed request)']
   if (e.duration != null) parts.push(`${Math.round(e.duration)} ms`)
   if (e.code != null) parts.push(e.code)
   if (e.taskId != null) parts.push(`task ${short(e.taskId)}`)
@@ -174,7 +174,7 @@ function addRows (events) {
   const list = $('#timeline')
   for (const e of events) {
     const li = document.createElement('li')
-    li.className = `${e.kind} ${e.type}`
+    li.className = `${e.kind} ${e.side ?? ''} ${e.type}`
     if (e.taskId != null) li.dataset.task = e.taskId
     const [what, detail] = describe(e)
     const t = document.createElement('span')
@@ -206,7 +206,7 @@ function drawCharts () {
   if (rates == null) {
     rates = new uPlot({
       ...size(el),
-      series: [{}, { label: 'completed', stroke: '#1f9d6b', width: 2 }, { label: 'failed', stroke: '#c7382f', width: 2 }, { label: 'refused', stroke: '#d9822b', width: 2 }],
+      series: [{}, { label: 'completed', stroke: '#1f9d6b', width: 2 }, { label: 'failed', stroke: '#c7382f', width: 2 }, { label: 'refused / error', stroke: '#d9822b', width: 2 }],
       axes: [{}, { label: 'tasks' }]
     }, ratesData, el)
   } else rates.setData(ratesData)

@@ -13,7 +13,7 @@ import { defaultLogger } from '@libp2p/logger'
 import { Registry } from 'prom-client'
 import { afterEach, describe, expect, it } from 'vitest'
 import { serveDashboard, startManagementServer } from '../src/index.js'
-import type { Dashboard, DashboardInit, DashboardNode, ManagementServer, TimelineEntry } from '../src/index.js'
+import type { Dashboard, DashboardInit, DashboardNode, ManagementServer, SubmittedTask, TimelineEntry } from '../src/index.js'
 import type { ExecutorEvent } from '@ioa/collab'
 
 const open: Array<{ server: ManagementServer, dashboard: Dashboard }> = []
@@ -26,13 +26,19 @@ afterEach(async () => {
 
 const TOPOLOGY = { at: 1, nodes: [], agents: [], capabilities: [], domains: [], gateways: [], links: [] }
 
-async function start (init: DashboardInit = {}): Promise<{ server: ManagementServer, dashboard: Dashboard, emit: (e: ExecutorEvent) => void }> {
+async function start (init: DashboardInit = {}): Promise<{ server: ManagementServer, dashboard: Dashboard, emit: (e: ExecutorEvent) => void, submitted: (e: SubmittedTask) => void }> {
   const listeners = new Set<(e: ExecutorEvent) => void>()
+  const ends = new Set<(e: SubmittedTask) => void>()
   const node = { events: { onTask: (l: (e: ExecutorEvent) => void) => { listeners.add(l); return () => listeners.delete(l) } } } as unknown as DashboardNode
   const server = await startManagementServer({ listen: '127.0.0.1:0', registry: new Registry(), logger: defaultLogger() })
-  const dashboard = await serveDashboard(server, node, { ...init, topology: () => TOPOLOGY, log: defaultLogger().forComponent('test') })
+  const dashboard = await serveDashboard(server, node, {
+    ...init,
+    topology: () => TOPOLOGY,
+    onSubmitted: (l) => { ends.add(l); return () => { ends.delete(l) } },
+    log: defaultLogger().forComponent('test')
+  })
   open.push({ server, dashboard })
-  return { server, dashboard, emit: (e) => { for (const l of listeners) l(e) } }
+  return { server, dashboard, emit: (e) => { for (const l of listeners) l(e) }, submitted: (e) => { for (const l of ends) l(e) } }
 }
 
 /** Resolves once `n` timeline readers wait */
@@ -49,7 +55,7 @@ async function get (s: ManagementServer, path: string): Promise<{ status: number
 
 describe('dashboard data API', () => {
   it('a waiting reader gets the entry as it comes; the timeline holds the last maxEvents', async () => {
-    const { server, dashboard, emit } = await start({ maxEvents: 3 })
+    const { server, dashboard, emit, submitted } = await start({ maxEvents: 3 })
     expect(await get(server, '/api/v1/timeline?after=0')).toEqual({ status: 200, body: { seq: 0, events: [] } })
     const reader = get(server, '/api/v1/timeline?after=0&wait=20000')
     await waiting(dashboard, 1)
@@ -57,8 +63,11 @@ describe('dashboard data API', () => {
     const got = await reader
     expect(got.status).toBe(200)
     expect(got.body.seq).toBe(1)
-    expect(got.body.events).toEqual([{ seq: 1, at: expect.any(Number), kind: 'task', type: 'completed', skill: 'demo.echo', taskId: 't1', agent: 'did:key:zA', caller: 'did:key:zC', duration: 7 }])
-    for (const id of ['t2', 't3', 't4', 't5']) emit(completed(id))
+    expect(got.body.events).toEqual([{ seq: 1, at: expect.any(Number), kind: 'task', side: 'server', type: 'completed', skill: 'demo.echo', taskId: 't1', agent: 'did:key:zA', caller: 'did:key:zC', duration: 7 }])
+    // a task submitted from this node, as it ends
+    submitted({ skill: 'travel.route', outcome: 'lapsed', duration: 12, at: 5 })
+    expect((await get(server, '/api/v1/timeline?after=1')).body.events).toEqual([{ seq: 2, at: 5, kind: 'task', side: 'client', type: 'lapsed', skill: 'travel.route', duration: 12 }])
+    for (const id of ['t3', 't4', 't5']) emit(completed(id))
     const all = await get(server, '/api/v1/timeline?after=0')
     expect(all.body.seq).toBe(5)
     expect(all.body.events.map((e: TimelineEntry) => e.seq)).toEqual([3, 4, 5])

@@ -109,7 +109,7 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
       server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
       // the topology of a management agent: the config's (`role: 'agent'`) or a management layer the node was given
       const topology = (): ManagementLayer['topology'] => plane?.topology ?? (node.layer?.('management') as ManagementLayer | undefined)?.topology
-      dashboard = await p.module.serveDashboard(server, node, { log, topology: () => topology()?.snapshot() })
+      dashboard = await p.module.serveDashboard(server, node, { log, topology: () => topology()?.snapshot(), onSubmitted: metrics.onSubmitted })
       log('management HTTP server on %s', server.url)
     }
   } catch (err) {

@@ -13,6 +13,7 @@ import { Timeline, taskEntry } from './timeline.js'
 import type { TimelineEntry } from './timeline.js'
 import type { ManagedNode } from '../protocol/managed-node.js'
 import type { ManagementServer, RouteResponse } from '../http/server.js'
+import type { AttachedMetrics } from '../metrics/attach.js'
 import type { MeteredTeams } from '../metrics/teams.js'
 import type { TopologySnapshot } from '../topology/model.js'
 import type { Logger } from '@libp2p/interface'
@@ -115,7 +116,12 @@ function positive (name: string, value: number | undefined, fallback: number): n
 export async function serveDashboard (
   server: Pick<ManagementServer, 'route'>,
   node: DashboardNode,
-  init: DashboardInit & { topology?: () => TopologySnapshot | undefined, log: Logger }
+  init: DashboardInit & {
+    topology?: () => TopologySnapshot | undefined
+    /** The tasks submitted from this node as they end (`attachMetrics`'s `onSubmitted`) */
+    onSubmitted?: AttachedMetrics['onSubmitted']
+    log: Logger
+  }
 ): Promise<Dashboard> {
   const log = init.log
   const limits = {
@@ -139,6 +145,9 @@ export async function serveDashboard (
   const offTask = node.events.onTask(e => {
     counts.count(e)
     timeline.push(taskEntry(e))
+  })
+  const offSubmitted = init.onSubmitted?.(e => {
+    timeline.push({ at: e.at, kind: 'task', side: 'client', type: e.outcome, skill: e.skill, duration: e.duration })
   })
   const stop = new AbortController()
   if (node.teams != null) {
@@ -188,6 +197,7 @@ export async function serveDashboard (
     get waiting () { return timeline.waiting },
     close () {
       offTask()
+      offSubmitted?.()
       stop.abort()
       timeline.close()
     }

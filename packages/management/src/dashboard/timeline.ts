@@ -13,14 +13,20 @@ export interface TaskEntry {
   /** ms since the epoch */
   at: number
   kind: 'task'
-  type: 'started' | 'completed' | 'failed' | 'canceled' | 'refused'
+  /** `server`: served by an agent of this node; `client`: submitted from this node, one entry as it ends */
+  side: 'server' | 'client'
+  /**
+   * server: `started`, `completed`, `failed`, `canceled`, `refused`;
+   * client: how the stream ended (a task state, `lapsed`, `error`)
+   */
+  type: string
   skill?: string
   taskId?: string
   /** The executing agent (a did:key) */
   agent?: string
   /** The agent that sent the request */
   caller?: string
-  /** ms from the handler's start, on `completed`, `failed`, `canceled` */
+  /** ms from the handler's start (server) or from the submit (client), once ended */
   duration?: number
   /** The error code, on `failed`, `canceled`, `refused` */
   code?: string
@@ -46,9 +52,9 @@ export type NewEntry = Omit<TaskEntry, 'seq'> | Omit<ConversationEntry, 'seq'>
 /** The timeline entry of an executor event */
 export function taskEntry (e: ExecutorEvent): Omit<TaskEntry, 'seq'> {
   if (e.type === 'task-refused') {
-    return { at: e.at, kind: 'task', type: 'refused', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, code: e.code }
+    return { at: e.at, kind: 'task', side: 'server', type: 'refused', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, code: e.code }
   }
-  const base = { at: e.at, kind: 'task' as const, skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller }
+  const base = { at: e.at, kind: 'task' as const, side: 'server' as const, skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller }
   if (e.type === 'task-started') return { ...base, type: 'started' }
   if (e.type === 'task-completed') return { ...base, type: 'completed', duration: e.duration }
   return { ...base, type: e.state, duration: e.duration, code: e.error?.code }

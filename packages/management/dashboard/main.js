@@ -47,7 +47,7 @@ const cy = cytoscape({
   container: $('#graph'),
   wheelSensitivity: 0.3,
   style: [
-    { selector: 'node', style: { label: 'data(label)', 'font-size': 10, color: '#1d2430', 'text-valign': 'bottom', 'text-margin-y': 3, width: 22, height: 22 } },
+    { selector: 'node', style: { label: 'data(label)', 'font-size': 11, 'min-zoomed-font-size': 6, color: '#1d2430', 'text-valign': 'bottom', 'text-margin-y': 3, width: 22, height: 22 } },
     { selector: 'node.domain', style: { 'background-color': '#eef1f5', 'background-opacity': 0.6, 'border-width': 1, 'border-color': '#c5ccd6', shape: 'round-rectangle', 'text-valign': 'top', 'font-size': 12, 'font-weight': 600, color: '#6b7686' } },
     { selector: 'node.node', style: { 'background-color': '#2f6fdf', shape: 'ellipse' } },
     { selector: 'node.gateway', style: { 'background-color': '#d9822b', shape: 'diamond', width: 28, height: 28 } },
@@ -89,7 +89,7 @@ function drawGraph (t) {
   shape = next
   cy.elements().remove()
   cy.add(els)
-  cy.layout({ name: 'cose', animate: false, padding: 20, nodeRepulsion: () => 9000, idealEdgeLength: () => 70 }).run()
+  cy.layout({ name: 'cose', animate: false, padding: 16, randomize: true, nodeRepulsion: () => 60000, idealEdgeLength: (e) => e.hasClass('hosts') ? 30 : 110, nestingFactor: 0.8, gravity: 0.4, componentSpacing: 60, numIter: 1500 }).run()
 }
 
 function drawTables (t) {

@@ -82,6 +82,7 @@ describe.skipIf(CHROMIUM == null)('dashboard in Chromium', () => {
     const http = agent.management?.http
     expect(http).toBeDefined()
     if (http == null) return
+    expect((await fetch(`${http.url}/dashboard.js`)).status, 'the dashboard page is not built: run npm run build').toBe(200)
     const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } })
     const errors: string[] = []
     page.on('console', m => { if (m.type() === 'error') errors.push(`console: ${m.text()}`) })

@@ -26,10 +26,10 @@ afterEach(async () => {
 
 const TOPOLOGY = { at: 1, nodes: [], agents: [], capabilities: [], domains: [], gateways: [], links: [] }
 
-async function start (init: DashboardInit = {}): Promise<{ server: ManagementServer, dashboard: Dashboard, emit: (e: ExecutorEvent) => void, submitted: (e: SubmittedTask) => void }> {
+async function start (init: DashboardInit = {}, teams?: DashboardNode['teams']): Promise<{ server: ManagementServer, dashboard: Dashboard, emit: (e: ExecutorEvent) => void, submitted: (e: SubmittedTask) => void }> {
   const listeners = new Set<(e: ExecutorEvent) => void>()
   const ends = new Set<(e: SubmittedTask) => void>()
-  const node = { events: { onTask: (l: (e: ExecutorEvent) => void) => { listeners.add(l); return () => listeners.delete(l) } } } as unknown as DashboardNode
+  const node = { teams, events: { onTask: (l: (e: ExecutorEvent) => void) => { listeners.add(l); return () => listeners.delete(l) } } } as unknown as DashboardNode
   const server = await startManagementServer({ listen: '127.0.0.1:0', registry: new Registry(), logger: defaultLogger() })
   const dashboard = await serveDashboard(server, node, {
     ...init,
@@ -74,6 +74,24 @@ describe('dashboard data API', () => {
     expect((await get(server, '/api/v1/timeline?after=3&limit=1')).body.events.map((e: TimelineEntry) => e.seq)).toEqual([4])
     // a reader from before a restart (its number above the newest) reads from the oldest held
     expect((await get(server, '/api/v1/timeline?after=99')).body.events.map((e: TimelineEntry) => e.seq)).toEqual([3, 4, 5])
+  })
+
+  it('the messages of the node\'s teams\' conversations go to the timeline', async () => {
+    const message = { payload: { v: 1, team: 'team-1', from: 'did:key:zF', id: 'm1', type: 'assign', body: {}, ts: 42 }, sig: new Uint8Array() }
+    const teams = {
+      teams: () => [{
+        id: 'team-1',
+        async * events () { yield { type: 'message', seq: 1, epoch: 0, message } as any }
+      }],
+      // no new team; ends when the dashboard closes
+      async * events ({ signal }: { signal?: AbortSignal } = {}) {
+        await new Promise(resolve => signal?.addEventListener('abort', resolve))
+        yield * []
+      }
+    }
+    const { server } = await start({}, teams as any)
+    const got = await get(server, '/api/v1/timeline?after=0&wait=10000')
+    expect(got.body.events).toEqual([{ seq: 1, at: 42, kind: 'conversation', team: 'team-1', type: 'assign', from: 'did:key:zF' }])
   })
 
   it('refuses a bad query (400 BAD_QUERY) and readers beyond maxWaits (429 TOO_MANY_WAITS); closing answers the waiting', async () => {

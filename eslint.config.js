@@ -69,5 +69,12 @@ export default tseslint.config(
       eqeqeq: ['error', 'smart']
     }
   },
-  ...LAYERS.map(layerRules)
+  ...LAYERS.map(layerRules),
+  {
+    // the dashboard page runs in the browser (bundled by packages/management/scripts/bundle.js)
+    files: ['packages/management/dashboard/**/*.js'],
+    languageOptions: {
+      globals: { window: 'readonly', document: 'readonly', fetch: 'readonly', Node: 'readonly' }
+    }
+  }
 )

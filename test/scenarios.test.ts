@@ -26,7 +26,7 @@ interface ScenarioSummary {
   outcome: any
   error?: string
 }
-interface DemoSummary { ok: boolean, duration: number, processes: number, scenarios: ScenarioSummary[], error?: string }
+interface DemoSummary { ok: boolean, dashboard: string | null, duration: number, processes: number, scenarios: ScenarioSummary[], error?: string }
 
 async function runDemo (): Promise<{ code: number | null, summary: DemoSummary, stderr: string }> {
   const child = spawn(process.execPath, ['--import', './scripts/polyfill.js', 'scripts/demo.js', '--json'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] })
@@ -55,6 +55,8 @@ describe('npm run demo -- --json (the three scenarios across OS processes)', () 
     expect(code).toBe(0)
     // the seed plus at least 5 node processes
     expect(summary.processes).toBeGreaterThanOrEqual(6)
+    // the phone served the dashboard: its one-time login URL
+    expect(summary.dashboard).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/login\?token=[A-Za-z0-9_-]{43}$/)
     expect(summary.scenarios.map(s => s.name)).toEqual(['car-assistant', 'home-security', 'festival-move'])
     for (const s of summary.scenarios) {
       expect(s).toMatchObject({ status: 'completed' })

@@ -163,7 +163,15 @@ class NodeProcess {
  * each human-readable line (nothing is printed without it). Resolves to the
  * summary; never throws for a failed scenario (its status says so).
  */
-export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security', 'festival-move'] } = {}) {
+/**
+ * Run the scenarios. `dashboard`: the driver node (the phone) is the
+ * management agent of the demo (its node key is the operator's, every node
+ * process names it in `management.operator`) and serves the dashboard on
+ * 127.0.0.1: `onDashboard` gets its login URL once it is up. `keep`: after
+ * the scenarios, the nodes still running and the dashboard stay up until
+ * `keep` (a promise) resolves.
+ */
+export async function runScenarios ({ only, print = () => {}, scenarios = ['car-assistant', 'home-security', 'festival-move'], dashboard = false, onDashboard = () => {}, keep } = {}) {
   const t0 = Date.now()
   const elapsed = at => `+${((at - t0) / 1000).toFixed(2).padStart(6)}s`
   const line = (at, who, text) => print(`${elapsed(at)}  ${who.padEnd(22)} ${text}`)
@@ -190,6 +198,17 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     if (text != null) line(e.at, e.source === 'node' ? proc.name : `${proc.name}/${e.source}`, text)
   }
 
+  // with the dashboard, every node's config names the phone's node key as its operator
+  const operator = dashboard ? await createIdentity() : undefined
+  const configFor = async (name, config) => {
+    if (operator == null) return config
+    const derived = { ...(await loadConfig(config)), management: { operator: operator.did } }
+    tmp ??= await mkdtemp(join(tmpdir(), 'ioa-demo-'))
+    const path = join(tmp, `${name}.operated.json`)
+    await writeFile(path, JSON.stringify(derived))
+    return path
+  }
+
   try {
     if (LOG_DIR != null) await mkdir(LOG_DIR, { recursive: true })
     // the seed: a node with no agents that everyone joins through
@@ -200,7 +219,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
     await Promise.all([{ name: 'seed', scenario: null }, ...own.map(d => ({ name: `seed-${d.name}`, scenario: d.name }))].map(async ({ name, scenario }) => {
       const seed = new NodeProcess(name, scenario, t0, onEvent)
       procs.set(name, seed)
-      const ready = await seed.start(join(SCENARIOS_DIR, 'seed.json'), [])
+      const ready = await seed.start(await configFor(name, join(SCENARIOS_DIR, 'seed.json')), [])
       seedAddrs.set(name, ready.addresses[0])
       line(Date.now(), name, `listening on ${ready.addresses[0]} (pid ${seed.pid})`)
     }))
@@ -228,7 +247,7 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
         }
         const proc = new NodeProcess(spec.name, spec.scenario, t0, onEvent)
         procs.set(spec.name, proc)
-        const ready = await proc.start(config, args)
+        const ready = await proc.start(await configFor(spec.name, config), args)
         const agents = ready.agents.map(a => a.name).join(', ')
         line(Date.now(), spec.name, `up (pid ${proc.pid})${agents !== '' ? ` hosting ${agents}` : ''}${ready.gateway != null ? ` — gateway of ${ready.gateway.domain}` : ''}`)
         return proc
@@ -244,8 +263,18 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
 
     // every process is on 127.0.0.1: the driver, like the configs, exempts
     // loopback from the connection limits (nodes do not by default)
-    driverNode = await createIoaNode({ bootstrap: [seedAddr], domain: 'people.example', transport: { allow: ['/ip4/127.0.0.1', '/ip6/::1'] } })
+    driverNode = await createIoaNode({
+      bootstrap: [seedAddr],
+      domain: 'people.example',
+      transport: { allow: ['/ip4/127.0.0.1', '/ip6/::1'], ...(operator != null ? { privateKey: operator.privateKey } : {}) },
+      ...(operator != null ? { management: { http: '127.0.0.1:0', role: 'agent', operator: operator.did } } : {})
+    })
     line(Date.now(), 'driver', `user's phone joined the network (peer ${driverNode.transport.peerId.toString().slice(-8)})`)
+    const login = driverNode.management?.http?.loginUrl
+    if (login != null) {
+      summary.dashboard = login
+      onDashboard(login)
+    }
 
     for (const [i, def] of defs.entries()) {
       if (i === 0 && later.length > 0) {
@@ -325,6 +354,11 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
       print(`  ${def.name}: ${entry.status} in ${(entry.duration / 1000).toFixed(1)} s (${entry.nodes} processes, ${entry.agents} agents, ${entry.steps.length} steps)`)
     }
     summary.ok = summary.scenarios.length > 0 && summary.scenarios.every(s => s.status === 'completed')
+    if (keep != null) {
+      print('')
+      print(`Kept up: ${[...procs.values()].filter(p => p.exitCode === undefined).length} node processes${summary.dashboard != null ? ` and the dashboard: ${summary.dashboard}` : ''}. Ctrl-C stops them.`)
+      await keep
+    }
   } catch (err) {
     summary.error = String(err?.message ?? err)
     print(`demo failed: ${summary.error}`)

@@ -50,10 +50,16 @@ export type { DoctorInit, DoctorReport, DoctorCheck, Finding, Severity } from '.
 export { libp2pMetrics, metricsRegistry } from './metrics/registry.js'
 export type { Libp2pMetrics } from './metrics/registry.js'
 export { attachMetrics } from './metrics/attach.js'
-export type { AttachedMetrics, AttachMetricsInit, MeteredNode } from './metrics/attach.js'
+export type { AttachedMetrics, AttachMetricsInit, MeteredNode, SubmittedTask } from './metrics/attach.js'
+export type { SubmittedOutcome } from './metrics/ioa-metrics.js'
 export type { MeteredOrchestrator } from './metrics/orchestration.js'
 export type { MeteredTeams } from './metrics/teams.js'
 export type { DiscoveringService, SubmittingService } from './metrics/metered.js'
 export { startManagementServer, HTTP_DEFAULTS } from './http/server.js'
 export type { ManagementServer, ManagementServerInit, RouteHandler, RouteOptions, RouteRequest, RouteResponse } from './http/server.js'
 export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from './http/errors.js'
+
+// the dashboard: its page and data API on the management HTTP server (spec/management.md 2.6)
+export { serveDashboard, DASHBOARD_DEFAULTS } from './dashboard/dashboard.js'
+export type { Dashboard, DashboardInit, DashboardNode } from './dashboard/dashboard.js'
+export type { TimelineEntry, TaskEntry, ConversationEntry } from './dashboard/timeline.js'

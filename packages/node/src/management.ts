@@ -9,7 +9,7 @@ import type { IoaNode } from './ioa-node.js'
 import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
-import type { ManagedNode as ProtocolNode, ManagementLayer, ManagementServer } from '@ioa/management'
+import type { Dashboard, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer } from '@ioa/management'
 import type { TransportNodeInit } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
 
@@ -81,6 +81,8 @@ interface ManagedNode {
   readonly gateway?: IoaNode['gateway']
   readonly logger: IoaNode['logger']
   readonly transport: IoaNode['transport']
+  /** The node's layers by name (the dashboard shows a management layer's topology) */
+  readonly layer?: (name: string) => unknown
 }
 
 /** A started management plane and how to stop it */
@@ -95,6 +97,7 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
   const metrics = p.module.attachMetrics({ interconnect: node.interconnect, tasks: node.tasks, events: node.events, gatewayInner: node.gateway?.inner, teams: node.teams }, { registry: p.registry, log })
   let server: ManagementServer | undefined
   let plane: ManagementLayer | undefined
+  let dashboard: Dashboard | undefined
   try {
     if (init.operator != null || init.role === 'agent') {
       plane = p.module.createManagement({ operator: init.operator, role: init.role ?? 'node' })
@@ -104,10 +107,14 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
     if (init.http != null) {
       server = await p.module.startManagementServer({ listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
       server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
+      // the topology of a management agent: the config's (`role: 'agent'`) or a management layer the node was given
+      const topology = (): ManagementLayer['topology'] => plane?.topology ?? (node.layer?.('management') as ManagementLayer | undefined)?.topology
+      dashboard = await p.module.serveDashboard(server, node, { log, topology: () => topology()?.snapshot(), onSubmitted: metrics.onSubmitted })
       log('management HTTP server on %s', server.url)
     }
   } catch (err) {
     metrics.detach()
+    dashboard?.close()
     await plane?.stop().catch((e: unknown) => { log.error('could not stop the management protocol after a failed start: %e', e) })
     throw err
   }
@@ -119,6 +126,7 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
     orchestrator: (o) => { metrics.orchestrator(o) },
     stop: async () => {
       metrics.detach()
+      dashboard?.close()
       await pl?.stop()
       await s?.close()
     }

@@ -122,6 +122,13 @@ export interface RouteOptions {
    * @default false
    */
   open?: boolean
+  /**
+   * Serve to anyone who passes the Host and Origin checks, on any address
+   * (the dashboard's static files, which hold no data)
+   *
+   * @default false
+   */
+  public?: boolean
 }
 
 /** A running management HTTP server */
@@ -246,7 +253,7 @@ export async function startManagementServer (init: ManagementServerInit): Promis
     route (method, path, handler, options = {}) {
       if (!/^\/[A-Za-z0-9._~/-]*$/.test(path)) throw new TypeError(`Invalid route path ${path}`)
       if (routes.has(`${method} ${path}`)) throw new TypeError(`Route ${method} ${path} exists`)
-      routes.set(`${method} ${path}`, { handler, access: options.open === true ? 'loopback' : 'operator' })
+      routes.set(`${method} ${path}`, { handler, access: options.public === true ? 'public' : options.open === true ? 'loopback' : 'operator' })
     },
     async close () {
       server.closeAllConnections()

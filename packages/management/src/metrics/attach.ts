@@ -3,6 +3,7 @@
  * gateway's events, the task service's submits, the interconnect's lookups.
  */
 import { IoaMetrics } from './ioa-metrics.js'
+import type { SubmittedOutcome } from './ioa-metrics.js'
 import { meterLookups, meterSubmits } from './metered.js'
 import { OrchestratorMetrics } from './orchestration.js'
 import { meterConversations } from './teams.js'
@@ -40,15 +41,34 @@ export interface AttachMetricsInit {
 export interface AttachedMetrics {
   /** Count the runs of an orchestrator of the node (steps, failovers, `gen_ai_workflow_duration_seconds`) */
   orchestrator(o: MeteredOrchestrator): void
+  /** Called as each task submitted from this node ends (the dashboard's timeline); returns a function that removes the listener */
+  onSubmitted(listener: (e: SubmittedTask) => void): () => void
   /** Stop counting the node's events */
   detach(): void
+}
+
+/** A task submitted from this node that ended, as counted */
+export interface SubmittedTask {
+  skill: string
+  /** How its stream ended: a task state, `lapsed` or `error` */
+  outcome: SubmittedOutcome
+  /** ms from the submit to the stream's end */
+  duration: number
+  /** When it ended, ms since the epoch */
+  at: number
 }
 
 /** Count a node's tasks, relays and lookups in `registry` */
 export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): AttachedMetrics {
   const hosted = (skill: string): boolean => node.interconnect.agents().some(a => a.card.card.skills.some(s => s.id === skill))
   const m = new IoaMetrics({ registry: init.registry, network: init.network, hosted })
-  meterSubmits(m, node.tasks)
+  const submitted = new Set<(e: SubmittedTask) => void>()
+  meterSubmits({
+    submit: (skill, outcome, seconds) => {
+      m.submit(skill, outcome, seconds)
+      for (const l of submitted) l({ skill, outcome, duration: seconds * 1000, at: Date.now() })
+    }
+  }, node.tasks)
   meterLookups(m, node.interconnect)
   if (node.gatewayInner != null) meterLookups(new IoaMetrics({ registry: init.registry, network: 'domain', hosted: () => false }), node.gatewayInner)
   const offTask = node.events.onTask(e => { m.task(e) })
@@ -57,6 +77,10 @@ export function attachMetrics (node: MeteredNode, init: AttachMetricsInit): Atta
   const offTeams = node.teams != null ? meterConversations(init.registry, m.network, node.teams, init.log) : undefined
   return {
     orchestrator: (o) => { runs.meter(o) },
+    onSubmitted: (l) => {
+      submitted.add(l)
+      return () => { submitted.delete(l) }
+    },
     detach: () => {
       offTask()
       offGateway()

@@ -24,7 +24,7 @@ export interface DiscoveringService {
 const seconds = (t0: number): number => (performance.now() - t0) / 1000
 
 /** A task stream passed through, counted when it ends */
-async function * meteredStream (m: IoaMetrics, skill: string, stream: AsyncGenerator<TaskEvent, void, undefined>): AsyncGenerator<TaskEvent, void, undefined> {
+async function * meteredStream (m: Pick<IoaMetrics, 'submit'>, skill: string, stream: AsyncGenerator<TaskEvent, void, undefined>): AsyncGenerator<TaskEvent, void, undefined> {
   const t0 = performance.now()
   let last: TaskSnapshot | undefined
   let outcome: SubmittedOutcome | undefined
@@ -44,7 +44,7 @@ async function * meteredStream (m: IoaMetrics, skill: string, stream: AsyncGener
 }
 
 /** Count the submits of `tasks` (its `submit` and `submitAndWait` are replaced on the instance) */
-export function meterSubmits (m: IoaMetrics, tasks: SubmittingService): void {
+export function meterSubmits (m: Pick<IoaMetrics, 'submit'>, tasks: SubmittingService): void {
   const submit = tasks.submit.bind(tasks)
   const submitAndWait = tasks.submitAndWait.bind(tasks)
   tasks.submit = (from, to, request, options) => meteredStream(m, request?.skill, submit(from, to, request, options))

@@ -5,7 +5,7 @@
  */
 import { OTHER } from './labels.js'
 import { counter } from './registry-metrics.js'
-import type { TeamEvent, TeamServiceEvent } from '@ioa/collab'
+import type { TeamEvent, TeamMessage, TeamServiceEvent } from '@ioa/collab'
 import type { Logger } from '@libp2p/interface'
 import type { Counter, Registry } from 'prom-client'
 
@@ -18,24 +18,18 @@ export interface MeteredTeams {
   teams(): Array<{ readonly id: string, events(options?: { signal?: AbortSignal }): AsyncGenerator<TeamEvent, void, undefined> }>
 }
 
-/** Count the messages of every team `teams` holds, now and later; returns a function that stops counting */
-export function meterConversations (registry: Registry, network: string, teams: MeteredTeams, log: Logger): () => void {
-  const messages: Counter = counter(registry, 'ioa_conversation_messages_total', 'Messages ordered in the conversations of the teams this node holds, by type', ['network', 'type'])
-  const stop = new AbortController()
-  const signal = stop.signal
+/** Call `onMessage` with each message ordered in a team `teams` holds, now and later, until `signal` aborts */
+export function followMessages (teams: MeteredTeams, signal: AbortSignal, log: Logger, onMessage: (team: string, message: TeamMessage) => void): void {
   const followed = new Set<string>()
   const follow = (team: { readonly id: string, events(options?: { signal?: AbortSignal }): AsyncGenerator<TeamEvent, void, undefined> }): void => {
     if (followed.has(team.id)) return
     followed.add(team.id)
     void (async () => {
       for await (const e of team.events({ signal })) {
-        if (e.type === 'message') {
-          const type = e.message.payload.type
-          messages.inc({ network, type: MESSAGE_TYPES.has(type) ? type : OTHER })
-        }
+        if (e.type === 'message') onMessage(team.id, e.message)
       }
     })().catch((err: unknown) => {
-      if (!signal.aborted) log('no longer counting the messages of team %s: %s', team.id, (err as Error)?.message ?? err)
+      if (!signal.aborted) log('no longer following the messages of team %s: %s', team.id, (err as Error)?.message ?? err)
     }).finally(() => { followed.delete(team.id) })
   }
   for (const team of teams.teams()) follow(team)
@@ -44,7 +38,17 @@ export function meterConversations (registry: Registry, network: string, teams: 
       if (e.type === 'team') follow(e.team)
     }
   })().catch((err: unknown) => {
-    if (!signal.aborted) log.error('no longer counting conversation messages: %e', err)
+    if (!signal.aborted) log.error('no longer following the teams\' conversations: %e', err)
+  })
+}
+
+/** Count the messages of every team `teams` holds, now and later; returns a function that stops counting */
+export function meterConversations (registry: Registry, network: string, teams: MeteredTeams, log: Logger): () => void {
+  const messages: Counter = counter(registry, 'ioa_conversation_messages_total', 'Messages ordered in the conversations of the teams this node holds, by type', ['network', 'type'])
+  const stop = new AbortController()
+  followMessages(teams, stop.signal, log, (_team, message) => {
+    const type = message.payload.type
+    messages.inc({ network, type: MESSAGE_TYPES.has(type) ? type : OTHER })
   })
   return () => { stop.abort() }
 }

@@ -215,7 +215,7 @@ function printHeader (out: Output, ready: ReadyLine, t0: number): void {
     for (const a of ready.gateway.addresses) out.print(`  ${a}`)
   }
   if (ready.http != null) {
-    out.print(`management on ${ready.http} (/metrics); to log in, open (once, it holds the operator's token)`)
+    out.print(`management on ${ready.http} (/metrics); the dashboard: open (once, it holds the operator's token)`)
     out.print(`  ${ready.login ?? ''}`)
   }
   out.print('press Ctrl-C to stop')

@@ -57,3 +57,8 @@ export type { DiscoveringService, SubmittingService } from './metrics/metered.js
 export { startManagementServer, HTTP_DEFAULTS } from './http/server.js'
 export type { ManagementServer, ManagementServerInit, RouteHandler, RouteOptions, RouteRequest, RouteResponse } from './http/server.js'
 export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from './http/errors.js'
+
+// tracing: the node's tracer provider, OTLP/HTTP export (spec/management.md 3)
+export { createTracing, TRACING_DEFAULTS } from './tracing/tracing.js'
+export type { Tracing, TracingInit } from './tracing/tracing.js'
+export { InvalidTracingConfigError } from './tracing/errors.js'

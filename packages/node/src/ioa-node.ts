@@ -186,6 +186,13 @@ export interface IoaGatewayInit extends Omit<GatewayInit, 'inner' | 'outer' | 'd
    * @default undefined (the inner node is open to any peer)
    */
   privateNetwork?: PrivateNetworkInit
+  /**
+   * Forward the `trace` field of relayed 2.0.0 requests to the executor
+   * (spec/management.md 3.4): the domain's spans then join the caller's trace
+   *
+   * @default false (the relay strips it: a trace context is unsigned)
+   */
+  keepTrace?: boolean
 }
 
 /** A running domain gateway */
@@ -312,6 +319,8 @@ class DefaultIoaNode implements IoaNode {
   private stopping?: Promise<void>
   gateway?: IoaGateway
   private stopGateway?: () => Promise<void>
+  /** @internal The tracer provider of `management.tracing` (the orchestrators' spans go there too) */
+  tracerProvider?: NonNullable<OrchestratorInit['tracerProvider']>
   management?: StartedManagement
 
   constructor (
@@ -360,6 +369,7 @@ class DefaultIoaNode implements IoaNode {
   orchestrator (agent: HostedAgent, init: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'> = {}): Orchestrator {
     const o = createOrchestrator({
       datastore: this.datastore,
+      ...(this.tracerProvider != null ? { tracerProvider: this.tracerProvider } : {}),
       isRevoked: async (cid, issuers) => this.revocationStore.isRevoked(cid, issuers),
       ...init,
       ic: this.interconnect,
@@ -442,7 +452,7 @@ class DefaultIoaNode implements IoaNode {
  */
 export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   // libp2p's metrics component exists before the node (and the gateway's inner node) does
-  const management = init.management != null ? await prepareManagement() : undefined
+  const management = init.management != null ? await prepareManagement(init.management) : undefined
   if (management != null) init = { ...init, transport: { ...init.transport, metrics: management.metrics } }
   const { datastore, owned } = await openNodeStore({ ...init, keyGiven: init.transport?.privateKey != null })
   const closeStore = async (): Promise<void> => { await closeOwned(datastore, owned) }
@@ -473,7 +483,9 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const events = new TaskEvents(transport.logger.forComponent('ioa:node'))
     const onEvent = init.tasks?.onEvent
+    const tracerProvider = management?.tracing?.provider
     const tasks = createTaskService(interconnect, {
+      ...(tracerProvider != null ? { tracerProvider } : {}),
       ...init.tasks,
       onEvent: e => {
         events.emit(e)
@@ -491,6 +503,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
     const nodeKey = nodeKeyOption(keys, init.transport?.privateKey).privateKey
     const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, nodeKey)
+    if (tracerProvider != null) node.tracerProvider = tracerProvider
     const log = transport.logger.forComponent('ioa:node')
     try {
       // teams answer invitations from the start, and stored teams resume

@@ -233,6 +233,7 @@ class DefaultOrchestrator implements Orchestrator {
     const intent = isMap(goalOrPlan) && isMap(goalOrPlan.goal) ? goalOrPlan.goal.intent : (goalOrPlan as Partial<Goal>)?.intent
     const span = startSpan(this.tracer, `invoke_workflow ${typeof intent === 'string' ? intent.slice(0, 64) : 'plan'}`, SpanKind.INTERNAL, extractTrace(given), () => ({
       'gen_ai.operation.name': 'invoke_workflow',
+      ...(typeof intent === 'string' ? { 'gen_ai.workflow.name': intent } : {}),
       'gen_ai.agent.id': this.agent.did,
       'gen_ai.conversation.id': runId,
       'ioa.run.id': runId,

@@ -16,7 +16,7 @@ import type { TraceContext } from './tasks/wire-v2.js'
 import type { Attributes, Context, Span, Tracer, TracerProvider } from '@opentelemetry/api'
 
 /** The instrumentation scope of the layer's spans */
-export const TRACER_NAME = '@ioa/collab'
+const TRACER_NAME = '@ioa/collab'
 
 /** The tracer of `provider`, or of the API's global provider (a no-op one unless the application registered one) */
 export function tracerOf (provider?: TracerProvider): Tracer {
@@ -87,4 +87,3 @@ export function endSpanWithError (span: Span, err: unknown): void {
 }
 
 export { SpanKind }
-export type { Span, Tracer, TracerProvider }

@@ -7,25 +7,49 @@
  * 127.0.0.1:0, so libp2p's Prometheus metrics and ours are recorded on
  * every task (and the HTTP server is up, unscraped).
  *
- * Tracing on/off (issue 16's second target, ≤ 15 % at 100 % sampling) adds
- * a `task-tracing-on` path here once the node has tracing.
+ * `task-tracing-on`: the same with `management.tracing` too, every trace
+ * sampled (`sampleRatio: 1`), spans exported as OTLP/HTTP JSON to a sink in
+ * the same process (a node:http server on 127.0.0.1 that reads and drops
+ * each request): the spans are made, batched, serialised and posted.
  */
+import { createServer } from 'node:http'
 import { taskEnvelopePath } from './task-paths.js'
+
+let sink
+/** The URL of this process's OTLP sink (started on first use; it does not keep the process alive) */
+function otlpSink () {
+  sink ??= new Promise((resolve, reject) => {
+    const server = createServer((req, res) => {
+      req.resume()
+      req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }).end('{}') })
+    })
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      server.unref()
+      resolve(`http://127.0.0.1:${server.address().port}/v1/traces`)
+    })
+  })
+  return sink
+}
 
 /** The stack of this checkout, with `extra` merged into every node's options */
 function stack (extra) {
   return async () => {
     const node = await import('@ioa/node')
+    const options = typeof extra === 'function' ? await extra() : extra
     return {
       ...node,
       ...await import('@ioa/interconnect'),
       ...await import('@ioa/collab'),
-      createIoaNode: (init) => node.createIoaNode({ ...init, ...extra })
+      createIoaNode: (init) => node.createIoaNode({ ...init, ...options })
     }
   }
 }
 
 export const paths = {
   'task-metrics-off': taskEnvelopePath(stack({})),
-  'task-metrics-on': taskEnvelopePath(stack({ management: { http: '127.0.0.1:0' } }))
+  'task-metrics-on': taskEnvelopePath(stack({ management: { http: '127.0.0.1:0' } })),
+  'task-tracing-on': taskEnvelopePath(stack(async () => ({
+    management: { http: '127.0.0.1:0', tracing: { otlp: await otlpSink(), sampleRatio: 1, serviceName: 'bench' } }
+  })))
 }

@@ -10,7 +10,11 @@
 // callers, target ≥ 0.95), `.cpu.per-call` (µs of both processes per task
 // with 16 callers, target ≤ 1.05); the spread: `.rtt.round-ratio.min` and
 // `.max`, the lowest and highest on/off ratio of the rounds' medians.
-// Tracing on/off comes with the tracing step (a `task-tracing-on` path).
+// Tracing: `management.tracing.*`, the same rows for the `task-tracing-on`
+// path (metrics and tracing, every trace sampled, spans exported over
+// OTLP/HTTP to a sink in each process) against off: targets ≤ 1.15 (rtt,
+// CPU), ≥ 0.87 (throughput); `.cpu.per-call.vs-metrics` against metrics on
+// (what tracing adds by itself).
 //
 //   node --import ./scripts/polyfill.js bench/index.js --group management [--quick] [--json]
 import { openCrossProcessPath } from './cross-process.js'
@@ -19,6 +23,7 @@ import { median, percentile, rotate, row } from './measure.js'
 const PATHS_MODULE = new URL('./management-paths.js', import.meta.url).href
 const OFF = 'task-metrics-off'
 const ON = 'task-metrics-on'
+const TRACED = 'task-tracing-on'
 /** Concurrent callers of the throughput rows */
 const DEPTH = 16
 /** Rounds of the comparison (the paths take turns in each); `--quick` fewer */
@@ -57,25 +62,33 @@ export const managementGroup = {
   async run ({ profile: base, quick, progress }) {
     const profile = quick ? { ...base, ...QUICK_WARMUP } : base
     const rounds = quick ? ROUNDS.quick : ROUNDS.default
-    progress(`starting a server and a client process for ${OFF} and ${ON}`)
-    const opened = await Promise.allSettled([OFF, ON].map(n => openCrossProcessPath(PATHS_MODULE, n)))
+    progress(`starting a server and a client process for ${OFF}, ${ON} and ${TRACED}`)
+    const opened = await Promise.allSettled([OFF, ON, TRACED].map(n => openCrossProcessPath(PATHS_MODULE, n)))
     const paths = opened.filter(o => o.status === 'fulfilled').map(o => o.value)
     try {
       const failed = opened.find(o => o.status === 'rejected')
       if (failed != null) throw failed.reason
       const m = await compare(paths, profile, rounds, progress)
       const off = m.get(OFF)
-      const on = m.get(ON)
       const sorted = (x) => [...x.samples].sort((a, b) => a - b)
-      const ratios = on.rounds.map((v, i) => v / off.rounds[i])
-      const p = 'management.metrics'
+      /** The rows of `on` against `off` under prefix `p` */
+      const against = (p, on, { rtt, throughput }) => {
+        const ratios = on.rounds.map((v, i) => v / off.rounds[i])
+        return [
+          row(`${p}.rtt.median`, median(on.samples), 'ms', median(off.samples), { max: rtt }),
+          row(`${p}.rtt.p99`, percentile(sorted(on), 99), 'ms', percentile(sorted(off), 99)),
+          row(`${p}.rtt.round-ratio.min`, Math.min(...ratios), 'x', null),
+          row(`${p}.rtt.round-ratio.max`, Math.max(...ratios), 'x', null),
+          row(`${p}.throughput.${DEPTH}`, on.done / (on.elapsed / 1000), 'tasks/s', off.done / (off.elapsed / 1000), { min: throughput }),
+          row(`${p}.cpu.per-call`, on.cpu / on.done, 'µs', off.cpu / off.done, { max: rtt })
+        ]
+      }
+      const metrics = m.get(ON)
+      const traced = m.get(TRACED)
       return [
-        row(`${p}.rtt.median`, median(on.samples), 'ms', median(off.samples), { max: 1.05 }),
-        row(`${p}.rtt.p99`, percentile(sorted(on), 99), 'ms', percentile(sorted(off), 99)),
-        row(`${p}.rtt.round-ratio.min`, Math.min(...ratios), 'x', null),
-        row(`${p}.rtt.round-ratio.max`, Math.max(...ratios), 'x', null),
-        row(`${p}.throughput.${DEPTH}`, on.done / (on.elapsed / 1000), 'tasks/s', off.done / (off.elapsed / 1000), { min: 0.95 }),
-        row(`${p}.cpu.per-call`, on.cpu / on.done, 'µs', off.cpu / off.done, { max: 1.05 })
+        ...against('management.metrics', metrics, { rtt: 1.05, throughput: 0.95 }),
+        ...against('management.tracing', traced, { rtt: 1.15, throughput: 0.87 }),
+        row('management.tracing.cpu.per-call.vs-metrics', traced.cpu / traced.done, 'µs', metrics.cpu / metrics.done)
       ]
     } finally {
       await Promise.all(paths.map(p => p.close().catch(err => { progress(`stopping ${p.name} failed: ${err.message}`) })))

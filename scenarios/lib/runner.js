@@ -26,6 +26,8 @@ const SCENARIO_TIMEOUT = 40_000
 const STOP_GRACE = 3_000
 /** Most events kept per node process */
 const MAX_EVENTS = 5_000
+/** `IOA_DEMO_OTLP=<url>`: every scenario node exports its spans to this OTLP/HTTP traces endpoint (management.tracing, its node name as service.name) */
+const OTLP = process.env.IOA_DEMO_OTLP != null && process.env.IOA_DEMO_OTLP !== '' ? process.env.IOA_DEMO_OTLP : undefined
 /** `IOA_DEMO_LOGS=<dir>`: each node process's stdout and stderr go to `<dir>/<node>.log` too */
 const LOG_DIR = process.env.IOA_DEMO_LOGS != null && process.env.IOA_DEMO_LOGS !== '' ? resolve(process.env.IOA_DEMO_LOGS) : undefined
 
@@ -244,6 +246,13 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
           config = join(tmp, `${spec.name}.json`)
           await writeFile(config, JSON.stringify(derived))
           args = ['--bootstrap', inner]
+        }
+        if (OTLP != null) {
+          // the node's config with tracing to the given endpoint (paths in it are absolute once loaded)
+          const c = await loadConfig(config)
+          tmp ??= await mkdtemp(join(tmpdir(), 'ioa-demo-'))
+          config = join(tmp, `${spec.name}.traced.json`)
+          await writeFile(config, JSON.stringify({ ...c, management: { ...c.management, tracing: { otlp: OTLP, serviceName: spec.name } } }))
         }
         const proc = new NodeProcess(spec.name, spec.scenario, t0, onEvent)
         procs.set(spec.name, proc)

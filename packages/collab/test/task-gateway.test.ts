@@ -296,4 +296,16 @@ describe('tasks through a gateway (TCP)', () => {
     // the executor got a chain from the user through the traveller to the hotel agent
     expect(seen.find(s => s.task === task)).toMatchObject({ caller: traveller.did, root: user.did, depth: 2 })
   })
+
+  // (last: it replaces the relay)
+  it('a relay with keepTrace forwards the trace field to the executor', async () => {
+    await relay.stop()
+    relay = await createTaskGateway({ gateway, inner: innerIcs[1], outer: outerIcs[3], requestTimeout: 5_000, keepTrace: true })
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
+    const done = await requester.submitAndWait(traveller.did, hotel.did, {
+      skill: 'travel.hotel.booking', input: { nights: 2 }, proofs: [travellerToken], taskId: 'via-gateway-kept-trace'
+    }, { trace })
+    expect(done.state).toBe('completed')
+    expect(traces.get('via-gateway-kept-trace')).toEqual(trace)
+  })
 })

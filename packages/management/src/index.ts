@@ -63,3 +63,8 @@ export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from '.
 export { serveDashboard, DASHBOARD_DEFAULTS } from './dashboard/dashboard.js'
 export type { Dashboard, DashboardInit, DashboardNode } from './dashboard/dashboard.js'
 export type { TimelineEntry, TaskEntry, ConversationEntry } from './dashboard/timeline.js'
+
+// tracing: the node's tracer provider, OTLP/HTTP export (spec/management.md 3)
+export { createTracing, TRACING_DEFAULTS } from './tracing/tracing.js'
+export type { Tracing, TracingInit } from './tracing/tracing.js'
+export { InvalidTracingConfigError } from './tracing/errors.js'

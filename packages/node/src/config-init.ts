@@ -74,6 +74,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
             innerCapabilities: c.gateway.innerCapabilities,
             rateLimit: c.gateway.rateLimit,
             refreshInterval: c.gateway.refreshInterval,
+            ...(c.gateway.keepTrace != null ? { keepTrace: c.gateway.keepTrace } : {}),
             privateNetwork: domainKey?.init
           }
         }

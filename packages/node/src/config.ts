@@ -135,7 +135,26 @@ const GatewayConfig = z.object({
   /** Requests each outside peer may make per period @default { requests: 50, per: 1000 } */
   rateLimit: z.object({ requests: z.number().int().positive().max(1_000_000), per: duration(1) }).strict().optional(),
   /** How often the domain's agents are looked up again, ms @default 30_000 */
-  refreshInterval: duration(100).optional()
+  refreshInterval: duration(100).optional(),
+  /** Forward the `trace` field of relayed 2.0.0 requests into the domain (spec/management.md 3.4) @default false (stripped) */
+  keepTrace: z.boolean().optional()
+}).strict()
+
+/** The node's tracing (spec/management.md 3): where spans go, how many traces are sampled */
+const TracingConfig = z.object({
+  /** URL of an OTLP/HTTP traces endpoint (JSON), e.g. `http://127.0.0.1:4318/v1/traces` */
+  otlp: z.string().max(2048).refine(s => {
+    try {
+      const u = new URL(s)
+      return u.protocol === 'http:' || u.protocol === 'https:'
+    } catch {
+      return false
+    }
+  }, 'not an http(s) URL'),
+  /** Share of new traces sampled, 0-1 (a continued trace follows its parent's decision) @default 1 */
+  sampleRatio: z.number().min(0).max(1).optional(),
+  /** `service.name` of the node's spans @default 'ioa-node' */
+  serviceName: z.string().min(1).max(128).optional()
 }).strict()
 
 /**
@@ -152,7 +171,9 @@ const ManagementConfig = z.object({
   /** `agent`: this node is a management agent that aggregates its domain's snapshots @default undefined (a plain node) */
   role: z.enum(['agent']).optional(),
   /** The operator's did:key: delegations for `ioa.manage.*` must come from it @default undefined */
-  operator: DidString.optional()
+  operator: DidString.optional(),
+  /** Traces of the node's tasks (spec/management.md 3), exported over OTLP/HTTP @default undefined (no tracing: the OpenTelemetry SDK is not loaded) */
+  tracing: TracingConfig.optional()
 }).strict()
 
 /** The interconnect's cache bounds: discovery results, routes, card bytes, ranking history */

@@ -34,7 +34,7 @@ export async function startGateway (
   { onRelay, onExported }: { onRelay: (event: RelayEvent) => void, onExported: (event: GatewayExportedEvent) => void },
   log: Logger
 ): Promise<NodeGateway> {
-  const { listen, bootstrap, domain, privateNetwork, ...rest } = g
+  const { listen, bootstrap, domain, privateNetwork, keepTrace, ...rest } = g
   const dir = init.dataDir != null ? `${init.dataDir}/gateway` : undefined
   const { datastore, owned } = await openNodeStore({ dataDir: dir, newIdentity: init.newIdentity, keyGiven: init.transport?.privateKey != null })
   let innerNode: TransportNode | undefined
@@ -68,7 +68,7 @@ export async function startGateway (
       }
     })
     // tasks for exported agents are relayed too (this node then serves no tasks itself)
-    const relay = await createTaskGateway({ gateway, inner, outer, onRelay }).catch(async (err) => {
+    const relay = await createTaskGateway({ gateway, inner, outer, onRelay, keepTrace: keepTrace === true }).catch(async (err) => {
       await attempt(log, 'stopping the gateway after the task relay failed', async () => { await gateway.stop() })
       throw err
     })

@@ -187,6 +187,13 @@ export interface IoaGatewayInit extends Omit<GatewayInit, 'inner' | 'outer' | 'd
    * @default undefined (the inner node is open to any peer)
    */
   privateNetwork?: PrivateNetworkInit
+  /**
+   * Forward the `trace` field of relayed 2.0.0 requests to the executor
+   * (spec/management.md 3.4): the domain's spans then join the caller's trace
+   *
+   * @default false (the relay strips it: a trace context is unsigned)
+   */
+  keepTrace?: boolean
 }
 
 /** A running domain gateway */
@@ -313,6 +320,8 @@ class DefaultIoaNode implements IoaNode {
   private stopping?: Promise<void>
   gateway?: IoaGateway
   private stopGateway?: () => Promise<void>
+  /** @internal The tracer provider of `management.tracing` (the orchestrators' spans go there too) */
+  tracerProvider?: NonNullable<OrchestratorInit['tracerProvider']>
   management?: StartedManagement
 
   constructor (
@@ -361,6 +370,7 @@ class DefaultIoaNode implements IoaNode {
   orchestrator (agent: HostedAgent, init: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'> = {}): Orchestrator {
     const o = createOrchestrator({
       datastore: this.datastore,
+      ...(this.tracerProvider != null ? { tracerProvider: this.tracerProvider } : {}),
       isRevoked: async (cid, issuers) => this.revocationStore.isRevoked(cid, issuers),
       ...init,
       ic: this.interconnect,
@@ -443,7 +453,7 @@ class DefaultIoaNode implements IoaNode {
  */
 export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
   // libp2p's metrics component exists before the node (and the gateway's inner node) does
-  const management = init.management != null ? await prepareManagement() : undefined
+  const management = init.management != null ? await prepareManagement(init.management) : undefined
   if (management != null) init = { ...init, transport: { ...init.transport, metrics: management.metrics } }
   const { datastore, owned } = await openNodeStore({ ...init, keyGiven: init.transport?.privateKey != null })
   const closeStore = async (): Promise<void> => { await closeOwned(datastore, owned) }
@@ -479,7 +489,9 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const events = new TaskEvents(transport.logger.forComponent('ioa:node'))
     const onEvent = init.tasks?.onEvent
+    const tracerProvider = management?.tracing?.provider
     const tasks = createTaskService(interconnect, {
+      ...(tracerProvider != null ? { tracerProvider } : {}),
       ...init.tasks,
       onEvent: e => {
         events.emit(e)
@@ -496,6 +508,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const assignments = createAssignmentService({ logger: transport.logger, teams, tasks, interconnect }, init.assignments)
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
     const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, nodeKeyOption(keys, nodeKey).privateKey)
+    if (tracerProvider != null) node.tracerProvider = tracerProvider
     const log = transport.logger.forComponent('ioa:node')
     try {
       // teams answer invitations from the start, and stored teams resume

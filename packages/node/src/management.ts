@@ -9,7 +9,7 @@ import type { IoaNode } from './ioa-node.js'
 import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
-import type { Dashboard, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer } from '@ioa/management'
+import type { Dashboard, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer, Tracing, TracingInit } from '@ioa/management'
 import type { TransportNodeInit } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
 
@@ -39,6 +39,14 @@ export interface IoaManagementInit {
   role?: 'agent'
   /** The operator's did:key @default undefined */
   operator?: string
+  /**
+   * Traces of the node's tasks and orchestrator runs (spec/management.md 3):
+   * OTLP/HTTP export to `otlp` (or spans to `exporter`, e.g. an in-memory
+   * one in tests), a parent-based ratio sampler, the spans' `service.name`
+   *
+   * @default undefined (no tracing: the OpenTelemetry SDK is not loaded)
+   */
+  tracing?: TracingInit
 }
 
 /** The management plane of a running node */
@@ -60,13 +68,16 @@ export interface PreparedManagement {
   readonly module: ManagementModule
   readonly metrics: NonNullable<TransportNodeInit['metrics']>
   readonly registry: ReturnType<ManagementModule['metricsRegistry']>
+  /** The node's tracer provider, when `tracing` is set (its spans are flushed when the plane stops) */
+  readonly tracing?: Tracing
 }
 
-/** Load the management plane (a dynamic import) and make libp2p's metrics component */
-export async function prepareManagement (): Promise<PreparedManagement> {
+/** Load the management plane (a dynamic import), make libp2p's metrics component and, with `tracing`, the tracer provider (which loads the OpenTelemetry SDK) */
+export async function prepareManagement (init: IoaManagementInit = {}): Promise<PreparedManagement> {
   const module = await import('@ioa/management')
   const { metrics, registry } = module.libp2pMetrics()
-  return { module, metrics, registry }
+  const tracing = init.tracing != null ? await module.createTracing(init.tracing) : undefined
+  return { module, metrics, registry, ...(tracing != null ? { tracing } : {}) }
 }
 
 /** The parts of a started node the management plane counts and serves */
@@ -129,6 +140,8 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
       dashboard?.close()
       await pl?.stop()
       await s?.close()
+      // the spans of the node's last tasks are exported before it stops
+      await p.tracing?.shutdown().catch((err: unknown) => { log.error('could not export the last spans: %e', err) })
     }
   }
 }

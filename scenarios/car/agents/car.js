@@ -87,6 +87,8 @@ export default async function car ({ node, agent, options, log }) {
           proofs: [...ctx.chain.path],
           deadline: ctx.deadline,
           signal: ctx.signal,
+          // the run's spans and its subtasks continue the goal's trace
+          trace: ctx.trace,
           onEvent: (e) => {
             const text = describe(e)
             if (text == null) return

@@ -10,6 +10,8 @@ import type { ServeOptions, TaskService } from '../tasks/service.js'
 import type { TaskError, TaskSnapshot, TaskState } from '../tasks/model.js'
 import type { Did, HostedAgent, Interconnect, Ranker } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
+import type { TraceContext } from '../tasks/wire-v2.js'
+import type { TracerProvider } from '@opentelemetry/api'
 
 // ---- errors --------------------------------------------------------------
 
@@ -69,6 +71,8 @@ export interface AttenuateContext {
 }
 
 export interface OrchestratorInit {
+  /** Where the run's spans go (`invoke_workflow`, `plan`) @default the OpenTelemetry API's global provider */
+  tracerProvider?: TracerProvider
   ic: Interconnect
   /** The task service used to submit subtasks (and to serve sub-goals, see `serveGoals`) */
   tasks: TaskService
@@ -130,6 +134,12 @@ export interface RunOptions {
   signal?: AbortSignal
   /** @default a random UUID; 1-64 of [A-Za-z0-9_-] */
   runId?: string
+  /**
+   * The trace the run continues (a handler's `ctx.trace`): its
+   * `invoke_workflow` span is a child of it, and its subtasks carry it on
+   * (spec/management.md 3) @default the active context (a new trace)
+   */
+  trace?: TraceContext
 }
 
 /** What became of one step */

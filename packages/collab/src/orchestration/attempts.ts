@@ -215,7 +215,7 @@ export class SubtaskRunner {
       if (rec.budget != null) request.budget = rec.budget
       let last: TaskSnapshot | undefined
       this.ctx.unsent.delete(attempt)
-      for await (const ev of this.ctx.tasks.submit(this.ctx.agent.identity, attempt.provider, request, { signal })) {
+      for await (const ev of this.ctx.tasks.submit(this.ctx.agent.identity, attempt.provider, request, { signal, ...(run.trace != null ? { trace: run.trace } : {}) })) {
         if (ev.type === 'heartbeat') continue
         if (ev.type === 'lapsed') {
           attempt.state = 'lapsed'

@@ -35,6 +35,10 @@ import { RUN_ID, RunJournal } from './journal.js'
 import { isMap, newRun, parseGoal, resultOf, terminalEvent } from './run.js'
 import { orchestratorSettings } from './settings.js'
 import { StepRunner } from './steps.js'
+import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { checkTrace } from '../tasks/wire-v2.js'
+import { ROOT_CONTEXT, trace } from '@opentelemetry/api'
+import type { Span, Tracer } from '@opentelemetry/api'
 import type {
   Orchestrator, OrchestratorEvent, OrchestratorInit, RunOptions, RunResult, RunSummary
 } from './api.js'
@@ -77,6 +81,7 @@ class DefaultOrchestrator implements Orchestrator {
   private stopped = false
   private readonly steps: StepRunner
   private readonly log: Logger
+  private readonly tracer: Tracer
   private readonly subtasks: SubtaskRunner
 
   constructor (init: OrchestratorInit) {
@@ -88,6 +93,7 @@ class DefaultOrchestrator implements Orchestrator {
     this.planner = init.planner
     this.ranker = init.ranker
     this.settings = orchestratorSettings(init)
+    this.tracer = tracerOf(init.tracerProvider)
     this.attenuate = init.attenuate
     this.goalCapabilities = init.goalCapabilities
     this.isRevoked = init.isRevoked
@@ -223,18 +229,49 @@ class DefaultOrchestrator implements Orchestrator {
     if (!Array.isArray(proofs)) throw new TypeError('proofs must be a list of tokens')
     if (this.active.has(runId) || await this.journal.getRun(runId) != null) throw new DuplicateRunError(`Run ${runId} exists; resume it instead`)
 
+    const given = options.trace != null ? checkTrace(options.trace) : undefined
+    const intent = isMap(goalOrPlan) && isMap(goalOrPlan.goal) ? goalOrPlan.goal.intent : (goalOrPlan as Partial<Goal>)?.intent
+    const span = startSpan(this.tracer, `invoke_workflow ${typeof intent === 'string' ? intent.slice(0, 64) : 'plan'}`, SpanKind.INTERNAL, extractTrace(given), () => ({
+      'gen_ai.operation.name': 'invoke_workflow',
+      ...(typeof intent === 'string' ? { 'gen_ai.workflow.name': intent } : {}),
+      'gen_ai.agent.id': this.agent.did,
+      'gen_ai.conversation.id': runId,
+      'ioa.run.id': runId,
+      'ioa.chain.depth': proofs.length
+    }))
+    try {
+      const run = await this.prepareTraced(goalOrPlan, options, runId, proofs, span)
+      run.span = span
+      const carried = injectTrace(span, given)
+      if (carried != null) run.trace = carried
+      return run
+    } catch (err) {
+      endSpanWithError(span, err)
+      throw err
+    }
+  }
+
+  private async prepareTraced (goalOrPlan: Goal | Plan, options: RunOptions, runId: string, proofs: Token[], span: Span): Promise<Run> {
     let plan: Plan
     if (isMap(goalOrPlan) && Array.isArray((goalOrPlan as Partial<Plan>).steps)) {
       plan = validatePlan(goalOrPlan)
     } else {
       const goal = goalOrPlan as Goal
       if (this.planner == null) throw new PlannerFailedError('This orchestrator has no planner: give it a plan')
-      const planned = await this.planner.plan(goal, {
-        discover: async (q) => this.ic.discoverAll(q, { timeout: this.settings.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),
-        logger: this.ic.node.logger,
-        ...(options.signal != null ? { signal: options.signal } : {})
-      })
-      plan = validatePlan(planned)
+      const planning = startSpan(this.tracer, 'plan', SpanKind.INTERNAL, trace.setSpan(ROOT_CONTEXT, span), () => ({ 'gen_ai.operation.name': 'plan', 'gen_ai.agent.id': this.agent.did }))
+      try {
+        const planned = await this.planner.plan(goal, {
+          discover: async (q) => this.ic.discoverAll(q, { timeout: this.settings.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),
+          logger: this.ic.node.logger,
+          ...(options.signal != null ? { signal: options.signal } : {})
+        })
+        plan = validatePlan(planned)
+        if (planning.isRecording()) planning.setAttribute('ioa.plan.steps', plan.steps.length)
+        planning.end()
+      } catch (err) {
+        endSpanWithError(planning, err)
+        throw err
+      }
     }
     const depth = plan.goal.depth ?? 0
     if (depth > this.settings.maxDepth) throw new InvalidPlanError(`The plan's goal is at depth ${depth}, deeper than maxDepth ${this.settings.maxDepth}`)
@@ -486,6 +523,7 @@ class DefaultOrchestrator implements Orchestrator {
     } finally {
       this.active.delete(run.id)
       run.events.end()
+      if (run.span != null) endTaskSpan(run.span, run.outcome?.state ?? 'stopped', run.outcome?.error?.code, run.outcome?.error?.message)
     }
   }
 }

@@ -19,6 +19,8 @@ import type { TaskService } from '../tasks/service.js'
 import type { Did, HostedAgent, Interconnect, Ranker } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
+import type { TraceContext } from '../tasks/wire-v2.js'
+import type { Span } from '@opentelemetry/api'
 export { isMap }
 
 /** What the run, step and attempt parts of one orchestrator share */
@@ -150,6 +152,10 @@ export interface Run {
   failure?: { err: unknown, stepId?: string }
   outcome?: RunResult
   done?: Promise<void>
+  /** The run's `invoke_workflow` span (a run resumed from the journal has none) */
+  span?: Span
+  /** The trace context its subtasks continue */
+  trace?: TraceContext
 }
 
 export type SlotOutcome = { slot: number, ok: true, result: unknown, provider: Did } | { slot: number, ok: false, err: unknown }

@@ -13,6 +13,7 @@ import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
 import type { SessionInit } from '../auth/session-registry.js'
 import type { AuthMode, SessionClientInit } from '../auth/session-client.js'
+import type { TracerProvider } from '@opentelemetry/api'
 import type { ComponentLogger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
@@ -128,7 +129,12 @@ export interface SkillContext extends TaskScope {
   readonly capability: Capability
   /** Aborted on cancel, at the deadline and when the service stops */
   readonly signal: AbortSignal
-  /** The trace context of the submit that created the task (protocol 2.0.0), read-only */
+  /**
+   * The trace context the handler's own submits continue (`ctx.call` and
+   * the orchestrator's `RunOptions.trace` use it): the executor's
+   * `invoke_agent` span when tracing is on, else the trace context of the
+   * submit that created the task (protocol 2.0.0); read-only
+   */
   readonly trace?: TraceContext
   /** Append a progress message (streamed as a status event) */
   progress(message: unknown): void
@@ -194,6 +200,12 @@ export interface TaskServiceComponents {
 }
 
 export interface TaskServiceInit {
+  /**
+   * Where the service's spans go (`invoke_agent {skill}`, spec/management.md 3)
+   *
+   * @default the OpenTelemetry API's global provider (a no-op one unless the application registered one)
+   */
+  tracerProvider?: TracerProvider
   /**
    * Told what the executor did with every request (started, ended, refused);
    * a listener that throws is logged and ignored

@@ -9,6 +9,7 @@ import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskRecord, TaskSnapshot } from './model.js'
 import type { TraceContext } from './wire-v2.js'
+import type { Span } from '@opentelemetry/api'
 import type { Did } from '@ioa/interconnect'
 
 /** Events of one subscriber queued before the oldest non-terminal ones are dropped */
@@ -94,6 +95,8 @@ export interface Live {
   messagesAdded: number
   /** The trace context of the submit that created the task (2.0.0) */
   trace?: TraceContext
+  /** The task's `invoke_agent` SERVER span (ended when the task ends) */
+  span?: Span
 }
 
 export class HandlerContext implements SkillContext {

@@ -34,6 +34,9 @@ import type { SubtaskCaller } from './subtask-call.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
 import { TASK_PROTOCOL_V2, checkSubmitV2, diffSnapshots, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import type { TraceContext } from './wire-v2.js'
+import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { ROOT_CONTEXT } from '@opentelemetry/api'
+import type { Tracer } from '@opentelemetry/api'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
@@ -107,6 +110,7 @@ export class TaskExecutor {
   /** Session mode: challenges and bindings by connection (spec 2.6) */
   private readonly sessions: SessionRegistry
   private readonly onEvent?: (event: ExecutorEvent) => void
+  private readonly tracer: Tracer
   /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
   subtasks?: SubtaskCaller
   private readonly served = new Map<Did, Map<string, Served>>()
@@ -125,6 +129,7 @@ export class TaskExecutor {
       throw new RangeError(`leaseInterval must be ${MIN_LEASE}-${MAX_OWN_LEASE} ms`)
     }
     this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
+    this.tracer = tracerOf(init.tracerProvider)
     this.verification = verificationCacheOf(init.verificationCache)
     this.replay = init.replayCache instanceof ReplayCache
       ? init.replayCache
@@ -381,6 +386,7 @@ export class TaskExecutor {
     live.pending = undefined
     this.setState(live, to, patch)
     this.reportEnd(live, to)
+    if (live.span != null) endTaskSpan(live.span, to, live.record.snapshot.error?.code, live.record.snapshot.error?.message)
     // a handler that read its signal learns why the task ended (one made later is aborted at once)
     if (live.controller != null && !live.controller.signal.aborted) live.controller.abort(endReason(live.record.snapshot))
     const key = taskKey(live.record.agent, live.record.snapshot.id)
@@ -510,6 +516,20 @@ export class TaskExecutor {
         this.attach(live, sub)
         sub.push({ type: 'status', task: snapshot })
       }
+      // the SERVER span continues the submit's trace; without one (or an ignored one) a new trace starts
+      live.span = startSpan(this.tracer, `invoke_agent ${p.skill}`, SpanKind.SERVER, extractTrace(trace, ROOT_CONTEXT), () => {
+        const name = this.components.interconnect.agents().find(a => a.did === p.to)?.card.card.name
+        return {
+          'gen_ai.operation.name': 'invoke_agent',
+          'gen_ai.agent.id': p.to,
+          ...(name != null ? { 'gen_ai.agent.name': name } : {}),
+          'gen_ai.conversation.id': snapshot.contextId,
+          'ioa.skill': p.skill,
+          'ioa.task.id': p.task,
+          'ioa.caller': p.from,
+          'ioa.chain.depth': chain.path.length
+        }
+      })
       const key = taskKey(p.to, p.task)
       this.live.set(key, live)
       // the first write heads the task's chain of writes, so a change made
@@ -576,6 +596,7 @@ export class TaskExecutor {
   private unaccept (live: Live, sub: Subscriber | undefined, err: unknown): void {
     this.live.delete(taskKey(live.record.agent, live.record.snapshot.id))
     live.release()
+    if (live.span != null) endSpanWithError(live.span, err)
     if (isTerminal(live.record.snapshot.state)) return
     const failed = transition(live.record.snapshot, 'failed', { error: errorOf(err) })
     for (const other of live.subscribers) if (other !== sub) other.push({ type: 'status', task: failed })
@@ -602,7 +623,8 @@ export class TaskExecutor {
       signal: () => signalOf(live),
       deadline: snapshot.deadline,
       budget: pending.budget,
-      trace: live.trace,
+      // a handler's own submits continue the SERVER span (or the submit's trace when tracing is off)
+      trace: injectTrace(live.span, live.trace),
       progress: (message) => {
         if (!active()) return
         const m = wireValue(message, 'Progress message', e => new TaskLimitError(e))

@@ -19,15 +19,17 @@ import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
 import { decodeV2Stream } from './delta-stream.js'
+import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import type { Tracer } from '@opentelemetry/api'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Approval } from '../auth/policy.js'
 import type { AuthMode } from '../auth/session-client.js'
 import type { EnvelopeInit } from '../auth/envelope.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
-import type { TraceContext } from './wire-v2.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
 
@@ -54,6 +56,7 @@ export class TaskRequester implements LeaseWatchHost {
   readonly requestTimeout: number
   private readonly limits: TaskLimits
   readonly log: Logger
+  private readonly tracer: Tracer
   /** Task (agent, id) → the executor peer that answered, least recently stored first (reads `peek`: they do not refresh) */
   private readonly routes: BoundedMap<string, string>
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
@@ -74,6 +77,7 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
+    this.tracer = tracerOf(init.tracerProvider)
     const maxRoutes = positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES)
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most
@@ -278,7 +282,35 @@ export class TaskRequester implements LeaseWatchHost {
     const bodyBytes = checkBody(body, this.limits.maxBodyBytes).bytes
     const ttl = Math.min(request.ttl ?? DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS.maxTtl)
     // checked here: a bad trace is the caller's error, not the executor's
-    const trace = options.trace != null ? checkTrace(options.trace) : undefined
+    const given = options.trace != null ? checkTrace(options.trace) : undefined
+    // the CLIENT span: a child of the given trace (or of the active context); the submit carries its context
+    const span = startSpan(this.tracer, `invoke_agent ${request.skill}`, SpanKind.CLIENT, extractTrace(given), () => ({
+      'gen_ai.operation.name': 'invoke_agent',
+      'gen_ai.agent.id': to,
+      'gen_ai.conversation.id': request.contextId ?? taskId,
+      'ioa.skill': request.skill,
+      'ioa.task.id': taskId,
+      'ioa.chain.depth': request.proofs.length
+    }))
+    const trace = injectTrace(span, given)
+    let last: TaskSnapshot | undefined
+    let failed = false
+    try {
+      for await (const e of this.submitTraced(identity, to, taskId, request, options, body, bodyBytes, deadline, ttl, trace)) {
+        if (e.type === 'status' || e.type === 'artifact') last = e.task
+        yield e
+      }
+    } catch (err) {
+      failed = true
+      endSpanWithError(span, err)
+      throw err
+    } finally {
+      // (also when the caller stops iterating: the span ends with the last state seen)
+      if (!failed) endTaskSpan(span, last?.state, last?.error?.code, last?.error?.message)
+    }
+  }
+
+  private async * submitTraced (identity: Identity, to: Did, taskId: string, request: TaskRequest, options: SubmitOptions, body: Record<string, unknown>, bodyBytes: Uint8Array | undefined, deadline: number | undefined, ttl: number, trace: TraceContext | undefined): AsyncGenerator<TaskEvent, void, undefined> {
 
     const auth = options.auth ?? this.auth
     const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {

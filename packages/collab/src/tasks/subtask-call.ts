@@ -64,7 +64,7 @@ export class SubtaskCaller {
       const done = await this.tasks.submitAndWait(self.identity, callee, {
         skill, input: input ?? null, proofs: [token, ...ctx.chain.path], deadline, taskId: submitted.taskId,
         ...(options.budget != null ? { budget: options.budget } : {})
-      }, { signal, ...(options.budget != null ? { parent: ctx } : {}) })
+      }, { signal, ...(options.budget != null ? { parent: ctx } : {}), ...(ctx.trace != null ? { trace: ctx.trace } : {}) })
       return done.result ?? null
     } catch (err) {
       const reason = signal.aborted ? signal.reason : err

@@ -34,9 +34,13 @@ const LIBP2P_VARIANTS = ['libp2p-lp', 'libp2p-events']
 const DEPTH = 16
 /**
  * `--quick` still warms every path this much: fewer calls leave the task
- * path's code unoptimised, and the quick figures would mislead
+ * path's code unoptimised, and the quick figures would mislead. Its calls
+ * are split over 6 rounds (not 2): on a loaded machine a burst of other work
+ * lands on whichever path has its turn, and with 2 rounds the first path
+ * (`task`) always starts right after the last one's 16-caller warm-up, so
+ * one unlucky turn decided a path's median
  */
-const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500 }
+const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500, rounds: 6 }
 
 /** metric name → [field of compareCrossProcess, unit, true when more is better] */
 const METRICS = {

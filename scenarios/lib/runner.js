@@ -204,7 +204,9 @@ export async function runScenarios ({ only, print = () => {}, scenarios = ['car-
   const operator = dashboard ? await createIdentity() : undefined
   const configFor = async (name, config) => {
     if (operator == null) return config
-    const derived = { ...(await loadConfig(config)), management: { operator: operator.did } }
+    const loaded = await loadConfig(config)
+    // kept: what the config already says of management (e.g. tracing, IOA_DEMO_OTLP)
+    const derived = { ...loaded, management: { ...loaded.management, operator: operator.did } }
     tmp ??= await mkdtemp(join(tmpdir(), 'ioa-demo-'))
     const path = join(tmp, `${name}.operated.json`)
     await writeFile(path, JSON.stringify(derived))

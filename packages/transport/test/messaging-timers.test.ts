@@ -69,9 +69,11 @@ describe('messaging timers over tcp', () => {
     expect(await collect(m.stream(server.peerId, PROTO, 'count', 200))).toHaveLength(200)
     const streamed = counted
     spy.mockRestore()
-    // before: 2 timers per call (client, server) besides the handler's, and one per item
-    expect(unary).toBeLessThan(100 + 20)
-    expect(streamed).toBeLessThan(20)
+    // before: 2 timers per call (client, server) besides the handler's (300
+    // in all), and one per item (200+); a stream's one timer is moved when it
+    // fires, which a slow (loaded) machine makes happen more often
+    expect(unary).toBeLessThan(100 + 100)
+    expect(streamed).toBeLessThan(50)
   })
 })
 

@@ -3,9 +3,11 @@
  * (a bad address, a port it cannot listen on) and the refusals it answers
  * with (spec/management.md 2.2), each with its HTTP status.
  */
-import { CodedError, withCode } from '@ioa/transport'
+import { withCode } from '@ioa/transport'
+import { ManagementError } from '../errors.js'
 
-export class ManagementHttpError extends CodedError {
+/** Base class of the HTTP server's errors: a management error like the protocol's and tracing's */
+export class ManagementHttpError extends ManagementError {
   static override name = 'ManagementHttpError'
 }
 

@@ -50,6 +50,11 @@ export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits } from '.
 export { createTaskService, taskService, LeaseLapsedError } from './tasks/service.js'
 export type { TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TraceContext } from './tasks/service.js'
 export type { TaskRetentionInit } from './tasks/retention.js'
+// issue 16: the tracing facade the layer's spans go through (spec/management.md 3); `@ioa/management` implements it with OpenTelemetry
+export { traceMcpClient, MAX_TOOL_NAME } from './tool-span.js'
+export type { ToolCallOptions, ToolRunner, McpToolClient, TraceMcpOptions } from './tool-span.js'
+export { NOOP_TRACER, NOOP_SPAN } from './tracing.js'
+export type { IoaTracer, IoaSpan, IoaSpanKind, IoaSpanAttributes, IoaSpanParent } from './tracing.js'
 // issue 15: session mode (spec/collab-tasks.md 2.6); bindings themselves are in `@ioa/collab/wire`
 export { InvalidSessionError, SessionExpiredError, SessionRequiredError, EnvelopeRequiredError } from './errors.js'
 export type { SessionInit } from './auth/session-registry.js'

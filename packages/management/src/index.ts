@@ -65,6 +65,6 @@ export type { Dashboard, DashboardInit, DashboardNode } from './dashboard/dashbo
 export type { TimelineEntry, TaskEntry, ConversationEntry } from './dashboard/timeline.js'
 
 // tracing: the node's tracer provider, OTLP/HTTP export (spec/management.md 3)
-export { createTracing, TRACING_DEFAULTS } from './tracing/tracing.js'
+export { createTracing, otelTracer, TRACING_DEFAULTS } from './tracing/tracing.js'
 export type { Tracing, TracingInit } from './tracing/tracing.js'
 export { InvalidTracingConfigError } from './tracing/errors.js'

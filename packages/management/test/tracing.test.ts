@@ -52,8 +52,8 @@ describe('task traces over TCP', () => {
     tracingE = await createTracing({ exporter: spansE, serviceName: 'executor' })
     tracingR = await createTracing({ exporter: spansR, serviceName: 'requester' })
     closers.push(async () => tracingE.shutdown(), async () => tracingR.shutdown())
-    tsE = createTaskService(pair.icE, { tracerProvider: tracingE.provider })
-    tsR = createTaskService(pair.icR, { tracerProvider: tracingR.provider })
+    tsE = createTaskService(pair.icE, { tracer: tracingE.tracer })
+    tsR = createTaskService(pair.icR, { tracer: tracingR.tracer })
     closers.push(async () => tsE.stop(), async () => tsR.stop())
     await tsE.serve(worker.did, 'test.fast', (input) => input)
     // a handler's own call goes back to the requester's node: the trace follows it

@@ -320,8 +320,8 @@ class DefaultIoaNode implements IoaNode {
   private stopping?: Promise<void>
   gateway?: IoaGateway
   private stopGateway?: () => Promise<void>
-  /** @internal The tracer provider of `management.tracing` (the orchestrators' spans go there too) */
-  tracerProvider?: NonNullable<OrchestratorInit['tracerProvider']>
+  /** @internal The tracer of `management.tracing` (the orchestrators' spans go there too) */
+  tracer?: NonNullable<OrchestratorInit['tracer']>
   management?: StartedManagement
 
   constructor (
@@ -370,7 +370,7 @@ class DefaultIoaNode implements IoaNode {
   orchestrator (agent: HostedAgent, init: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'> = {}): Orchestrator {
     const o = createOrchestrator({
       datastore: this.datastore,
-      ...(this.tracerProvider != null ? { tracerProvider: this.tracerProvider } : {}),
+      ...(this.tracer != null ? { tracer: this.tracer } : {}),
       isRevoked: async (cid, issuers) => this.revocationStore.isRevoked(cid, issuers),
       ...init,
       ic: this.interconnect,
@@ -489,9 +489,9 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const events = new TaskEvents(transport.logger.forComponent('ioa:node'))
     const onEvent = init.tasks?.onEvent
-    const tracerProvider = management?.tracing?.provider
+    const tracer = management?.tracing?.tracer
     const tasks = createTaskService(interconnect, {
-      ...(tracerProvider != null ? { tracerProvider } : {}),
+      ...(tracer != null ? { tracer } : {}),
       ...init.tasks,
       onEvent: e => {
         events.emit(e)
@@ -508,7 +508,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const assignments = createAssignmentService({ logger: transport.logger, teams, tasks, interconnect }, init.assignments)
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
     const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, nodeKeyOption(keys, nodeKey).privateKey)
-    if (tracerProvider != null) node.tracerProvider = tracerProvider
+    if (tracer != null) node.tracer = tracer
     const log = transport.logger.forComponent('ioa:node')
     try {
       // teams answer invitations from the start, and stored teams resume

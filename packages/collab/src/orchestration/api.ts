@@ -11,7 +11,7 @@ import type { TaskError, TaskSnapshot, TaskState } from '../tasks/model.js'
 import type { Did, HostedAgent, Interconnect, Ranker } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 import type { TraceContext } from '../tasks/wire-v2.js'
-import type { TracerProvider } from '@opentelemetry/api'
+import type { IoaTracer } from '../tracing.js'
 
 // ---- errors --------------------------------------------------------------
 
@@ -71,8 +71,8 @@ export interface AttenuateContext {
 }
 
 export interface OrchestratorInit {
-  /** Where the run's spans go (`invoke_workflow`, `plan`) @default the OpenTelemetry API's global provider */
-  tracerProvider?: TracerProvider
+  /** Where the run's spans go (`invoke_workflow`, `plan`; see `TaskServiceInit.tracer`) @default none (no span is recorded) */
+  tracer?: IoaTracer
   ic: Interconnect
   /** The task service used to submit subtasks (and to serve sub-goals, see `serveGoals`) */
   tasks: TaskService

@@ -35,10 +35,9 @@ import { RUN_ID, RunJournal } from './journal.js'
 import { isMap, newRun, parseGoal, resultOf, terminalEvent } from './run.js'
 import { orchestratorSettings } from './settings.js'
 import { StepRunner } from './steps.js'
-import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { SpanKind, childOf, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
 import { checkTrace } from '../tasks/wire-v2.js'
-import { ROOT_CONTEXT, trace } from '@opentelemetry/api'
-import type { Span, Tracer } from '@opentelemetry/api'
+import type { IoaSpan, IoaTracer } from '../tracing.js'
 import type {
   Orchestrator, OrchestratorEvent, OrchestratorInit, RunOptions, RunResult, RunSummary
 } from './api.js'
@@ -81,7 +80,7 @@ class DefaultOrchestrator implements Orchestrator {
   private stopped = false
   private readonly steps: StepRunner
   private readonly log: Logger
-  private readonly tracer: Tracer
+  private readonly tracer: IoaTracer
   private readonly subtasks: SubtaskRunner
 
   constructor (init: OrchestratorInit) {
@@ -93,7 +92,7 @@ class DefaultOrchestrator implements Orchestrator {
     this.planner = init.planner
     this.ranker = init.ranker
     this.settings = orchestratorSettings(init)
-    this.tracer = tracerOf(init.tracerProvider)
+    this.tracer = tracerOf(init.tracer)
     this.attenuate = init.attenuate
     this.goalCapabilities = init.goalCapabilities
     this.isRevoked = init.isRevoked
@@ -251,14 +250,14 @@ class DefaultOrchestrator implements Orchestrator {
     }
   }
 
-  private async prepareTraced (goalOrPlan: Goal | Plan, options: RunOptions, runId: string, proofs: Token[], span: Span): Promise<Run> {
+  private async prepareTraced (goalOrPlan: Goal | Plan, options: RunOptions, runId: string, proofs: Token[], span: IoaSpan): Promise<Run> {
     let plan: Plan
     if (isMap(goalOrPlan) && Array.isArray((goalOrPlan as Partial<Plan>).steps)) {
       plan = validatePlan(goalOrPlan)
     } else {
       const goal = goalOrPlan as Goal
       if (this.planner == null) throw new PlannerFailedError('This orchestrator has no planner: give it a plan')
-      const planning = startSpan(this.tracer, 'plan', SpanKind.INTERNAL, trace.setSpan(ROOT_CONTEXT, span), () => ({ 'gen_ai.operation.name': 'plan', 'gen_ai.agent.id': this.agent.did }))
+      const planning = startSpan(this.tracer, 'plan', SpanKind.INTERNAL, childOf(span), () => ({ 'gen_ai.operation.name': 'plan', 'gen_ai.agent.id': this.agent.did }))
       try {
         const planned = await this.planner.plan(goal, {
           discover: async (q) => this.ic.discoverAll(q, { timeout: this.settings.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),

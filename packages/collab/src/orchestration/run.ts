@@ -20,7 +20,7 @@ import type { Did, HostedAgent, Interconnect, Ranker } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
 import type { TraceContext } from '../tasks/wire-v2.js'
-import type { Span } from '@opentelemetry/api'
+import type { IoaSpan } from '../tracing.js'
 export { isMap }
 
 /** What the run, step and attempt parts of one orchestrator share */
@@ -153,7 +153,7 @@ export interface Run {
   outcome?: RunResult
   done?: Promise<void>
   /** The run's `invoke_workflow` span (a run resumed from the journal has none) */
-  span?: Span
+  span?: IoaSpan
   /** The trace context its subtasks continue */
   trace?: TraceContext
 }

@@ -13,7 +13,8 @@ import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 import type { Messaging } from '@ioa/transport'
 import type { SessionInit } from '../auth/session-registry.js'
 import type { AuthMode, SessionClientInit } from '../auth/session-client.js'
-import type { TracerProvider } from '@opentelemetry/api'
+import type { IoaTracer } from '../tracing.js'
+import type { ToolCallOptions } from '../tool-span.js'
 import type { ComponentLogger, PeerId } from '@libp2p/interface'
 import type { Datastore } from 'interface-datastore'
 
@@ -151,6 +152,15 @@ export interface SkillContext extends TaskScope {
    * by the task's end or `options.signal` cancels the subtask.
    */
   call(to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
+  /**
+   * Run a tool call (an MCP server's tool, a function the model asked for)
+   * as `fn`, inside an `execute_tool {name}` span that is a child of the
+   * task's SERVER span (spec/management.md 3.2); returns or throws what `fn`
+   * does. Without tracing `fn` just runs. `traceMcpClient(client, ctx)` makes
+   * every `callTool` of an MCP client such a call. Throws `TypeError` for a
+   * name that is not text of 1-256 characters.
+   */
+  tool<T>(name: string, fn: () => T | Promise<T>, options?: ToolCallOptions<T>): Promise<T>
 }
 
 export interface CallOptions {
@@ -201,11 +211,13 @@ export interface TaskServiceComponents {
 
 export interface TaskServiceInit {
   /**
-   * Where the service's spans go (`invoke_agent {skill}`, spec/management.md 3)
+   * Where the service's spans go (`invoke_agent {skill}` and handlers'
+   * `execute_tool {tool}`, spec/management.md 3): `@ioa/management`'s
+   * `createTracing(...).tracer` or `otelTracer(provider)`
    *
-   * @default the OpenTelemetry API's global provider (a no-op one unless the application registered one)
+   * @default none (no span is recorded)
    */
-  tracerProvider?: TracerProvider
+  tracer?: IoaTracer
   /**
    * Told what the executor did with every request (started, ended, refused);
    * a listener that throws is logged and ignored

@@ -9,7 +9,8 @@ import type { Capability, Token, VerifiedChain } from '../auth/delegation.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskRecord, TaskSnapshot } from './model.js'
 import type { TraceContext } from './wire-v2.js'
-import type { Span } from '@opentelemetry/api'
+import type { IoaSpan } from '../tracing.js'
+import type { ToolCallOptions } from '../tool-span.js'
 import type { Did } from '@ioa/interconnect'
 
 /** Events of one subscriber queued before the oldest non-terminal ones are dropped */
@@ -96,7 +97,7 @@ export interface Live {
   /** The trace context of the submit that created the task (2.0.0) */
   trace?: TraceContext
   /** The task's `invoke_agent` SERVER span (ended when the task ends) */
-  span?: Span
+  span?: IoaSpan
 }
 
 export class HandlerContext implements SkillContext {
@@ -111,11 +112,13 @@ export class HandlerContext implements SkillContext {
   private readonly onProgress: (m: unknown) => void
   private readonly onArtifact: (a: unknown) => void
   private readonly onCall: (ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions) => Promise<unknown>
+  private readonly onTool: <T>(name: string, fn: () => T | Promise<T>, options?: ToolCallOptions<T>) => Promise<T>
 
   constructor (init: {
     task: TaskSnapshot, caller: Did, chain: VerifiedChain, capability: Capability, signal: () => AbortSignal,
     deadline?: number, budget?: number, trace?: TraceContext, progress(m: unknown): void, artifact(a: unknown): void
     call(ctx: SkillContext, to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown>
+    tool<T>(name: string, fn: () => T | Promise<T>, options?: ToolCallOptions<T>): Promise<T>
   }) {
     this.task = init.task
     this.caller = init.caller
@@ -128,6 +131,7 @@ export class HandlerContext implements SkillContext {
     this.onProgress = init.progress
     this.onArtifact = init.artifact
     this.onCall = init.call
+    this.onTool = init.tool
   }
 
   /** Aborted when the task ends (made on first use) */
@@ -156,5 +160,9 @@ export class HandlerContext implements SkillContext {
 
   async call (to: Did | undefined, skill: string, input: unknown, options?: CallOptions): Promise<unknown> {
     return this.onCall(this, to, skill, input, options)
+  }
+
+  async tool<T> (name: string, fn: () => T | Promise<T>, options?: ToolCallOptions<T>): Promise<T> {
+    return await this.onTool(name, fn, options)
   }
 }

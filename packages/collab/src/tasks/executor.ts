@@ -34,9 +34,9 @@ import type { SubtaskCaller } from './subtask-call.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
 import { TASK_PROTOCOL_V2, checkSubmitV2, diffSnapshots, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import type { TraceContext } from './wire-v2.js'
-import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
-import { ROOT_CONTEXT } from '@opentelemetry/api'
-import type { Tracer } from '@opentelemetry/api'
+import { ROOT_CONTEXT, SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import type { IoaTracer } from '../tracing.js'
+import { runTool } from '../tool-span.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { Live, Served } from './executor-state.js'
@@ -110,7 +110,7 @@ export class TaskExecutor {
   /** Session mode: challenges and bindings by connection (spec 2.6) */
   private readonly sessions: SessionRegistry
   private readonly onEvent?: (event: ExecutorEvent) => void
-  private readonly tracer: Tracer
+  private readonly tracer: IoaTracer
   /** @internal Makes the handlers' `ctx.call` (set by the service, which owns the requester) */
   subtasks?: SubtaskCaller
   private readonly served = new Map<Did, Map<string, Served>>()
@@ -129,7 +129,7 @@ export class TaskExecutor {
       throw new RangeError(`leaseInterval must be ${MIN_LEASE}-${MAX_OWN_LEASE} ms`)
     }
     this.clockSkew = init.clockSkew ?? DEFAULT_CLOCK_SKEW
-    this.tracer = tracerOf(init.tracerProvider)
+    this.tracer = tracerOf(init.tracer)
     this.verification = verificationCacheOf(init.verificationCache)
     this.replay = init.replayCache instanceof ReplayCache
       ? init.replayCache
@@ -646,7 +646,9 @@ export class TaskExecutor {
       call: async (c, to, skill, input, options) => {
         if (this.subtasks == null) throw new UnauthorizedError('This executor makes no calls')
         return await this.subtasks.call(live.record.agent, c, to, skill, input, options)
-      }
+      },
+      // a tool call's `execute_tool` span is a child of the SERVER span
+      tool: async (name, fn, options) => await runTool(this.tracer, live.span, name, fn, options)
     })
     void (async () => {
       try {

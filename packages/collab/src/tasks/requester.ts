@@ -20,7 +20,7 @@ import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
 import { decodeV2Stream } from './delta-stream.js'
 import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
-import type { Tracer } from '@opentelemetry/api'
+import type { IoaTracer } from '../tracing.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
@@ -56,7 +56,7 @@ export class TaskRequester implements LeaseWatchHost {
   readonly requestTimeout: number
   private readonly limits: TaskLimits
   readonly log: Logger
-  private readonly tracer: Tracer
+  private readonly tracer: IoaTracer
   /** Task (agent, id) → the executor peer that answered, least recently stored first (reads `peek`: they do not refresh) */
   private readonly routes: BoundedMap<string, string>
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
@@ -77,7 +77,7 @@ export class TaskRequester implements LeaseWatchHost {
     this.requestTimeout = init.requestTimeout ?? 10_000
     this.limits = executor.limits
     this.log = components.logger.forComponent('ioa:collab:requester')
-    this.tracer = tracerOf(init.tracerProvider)
+    this.tracer = tracerOf(init.tracer)
     const maxRoutes = positiveInteger('maxRoutes', init.maxRoutes ?? MAX_ROUTES)
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most

@@ -5,9 +5,11 @@
  * in-memory one in tests). The SDK and the exporter are imported here
  * dynamically: a node without `management.tracing` never loads them.
  * A provider per node (not the API's global one): nodes in one process
- * keep their own service names.
+ * keep their own service names. `tracer` is the collaboration layer's
+ * facade over it (otel-tracer.ts, also loaded here only).
  */
 import { InvalidTracingConfigError } from './errors.js'
+import type { IoaTracer } from '@ioa/collab'
 import type { TracerProvider } from '@opentelemetry/api'
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base'
 
@@ -43,6 +45,8 @@ export interface TracingInit {
 /** A node's tracer provider and how to flush and stop it */
 export interface Tracing {
   readonly provider: TracerProvider
+  /** The provider's tracer as the collaboration layer takes it (`TaskServiceInit.tracer`, `OrchestratorInit.tracer`) */
+  readonly tracer: IoaTracer
   /** Export every span ended so far */
   flush(): Promise<void>
   /** Flush, then stop exporting */
@@ -72,10 +76,21 @@ function check (init: TracingInit): void {
   }
 }
 
+/**
+ * The collaboration layer's tracer over an OpenTelemetry tracer provider of
+ * the application's own (`provider`, else the API's global one, which the
+ * application registers): for `TaskServiceInit.tracer` when the node's own
+ * `createTracing` is not used. Loads the OpenTelemetry API.
+ */
+export async function otelTracer (provider?: TracerProvider): Promise<IoaTracer> {
+  const { tracerOfProvider } = await import('./otel-tracer.js')
+  return tracerOfProvider(provider)
+}
+
 /** Make a node's tracer provider (loads the OpenTelemetry SDK); throws `InvalidTracingConfigError` */
 export async function createTracing (init: TracingInit): Promise<Tracing> {
   check(init)
-  const [sdk, resources] = await Promise.all([import('@opentelemetry/sdk-trace-base'), import('@opentelemetry/resources')])
+  const [sdk, resources, otel] = await Promise.all([import('@opentelemetry/sdk-trace-base'), import('@opentelemetry/resources'), import('./otel-tracer.js')])
   const processors = []
   if (init.exporter != null) processors.push(new sdk.SimpleSpanProcessor(init.exporter))
   if (init.otlp != null) {
@@ -94,6 +109,7 @@ export async function createTracing (init: TracingInit): Promise<Tracing> {
   })
   return {
     provider,
+    tracer: otel.tracerOfProvider(provider),
     flush: async () => { await provider.forceFlush() },
     shutdown: async () => { await provider.shutdown() }
   }

@@ -121,7 +121,9 @@ export class AssignmentServer {
       spend: (amount) => { ctx.spend(amount) },
       progress,
       artifact: (a) => { ctx.artifact(a) },
-      call: async (to, skill, i, options) => await ctx.call(to, skill, i, options)
+      get trace () { return ctx.trace },
+      call: async (to, skill, i, options) => await ctx.call(to, skill, i, options),
+      tool: async (name, fn, options) => await ctx.tool(name, fn, options)
     }
     let value: unknown
     try {

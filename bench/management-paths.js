@@ -8,27 +8,21 @@
  * every task (and the HTTP server is up, unscraped).
  *
  * `task-tracing-on`: the same with `management.tracing` too, every trace
- * sampled (`sampleRatio: 1`), spans exported as OTLP/HTTP JSON to a sink in
- * the same process (a node:http server on 127.0.0.1 that reads and drops
- * each request): the spans are made, batched, serialised and posted.
+ * sampled (`sampleRatio: 1`), spans exported as OTLP/HTTP JSON to a sink
+ * (bench/otlp-sink.js: a node:http server on 127.0.0.1 that reads and drops
+ * each request) in the bench's own process, so the measured processes make,
+ * batch, serialise and post the spans, and a collector elsewhere receives
+ * them (run alone, a path starts a sink in its own process).
  */
-import { createServer } from 'node:http'
+import { OTLP_SINK_ENV, startOtlpSink } from './otlp-sink.js'
 import { taskEnvelopePath } from './task-paths.js'
 
 let sink
-/** The URL of this process's OTLP sink (started on first use; it does not keep the process alive) */
+/** The URL of the OTLP sink: the bench process's (`IOA_BENCH_OTLP`), else one started in this process on first use */
 function otlpSink () {
-  sink ??= new Promise((resolve, reject) => {
-    const server = createServer((req, res) => {
-      req.resume()
-      req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }).end('{}') })
-    })
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      server.unref()
-      resolve(`http://127.0.0.1:${server.address().port}/v1/traces`)
-    })
-  })
+  const given = process.env[OTLP_SINK_ENV]
+  if (given != null && given !== '') return given
+  sink ??= startOtlpSink().then(s => s.url)
   return sink
 }
 

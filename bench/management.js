@@ -12,13 +12,15 @@
 // `.max`, the lowest and highest on/off ratio of the rounds' medians.
 // Tracing: `management.tracing.*`, the same rows for the `task-tracing-on`
 // path (metrics and tracing, every trace sampled, spans exported over
-// OTLP/HTTP to a sink in each process) against off: targets ≤ 1.15 (rtt,
-// CPU), ≥ 0.87 (throughput); `.cpu.per-call.vs-metrics` against metrics on
-// (what tracing adds by itself).
+// OTLP/HTTP to a sink in the bench's own process, bench/otlp-sink.js, not
+// in the measured ones) against off: targets ≤ 1.15 (rtt, CPU), ≥ 0.87
+// (throughput); `.cpu.per-call.vs-metrics` against metrics on (what tracing
+// adds by itself).
 //
 //   node --import ./scripts/polyfill.js bench/index.js --group management [--quick] [--json]
 import { openCrossProcessPath } from './cross-process.js'
 import { median, percentile, rotate, row } from './measure.js'
+import { OTLP_SINK_ENV, startOtlpSink } from './otlp-sink.js'
 
 const PATHS_MODULE = new URL('./management-paths.js', import.meta.url).href
 const OFF = 'task-metrics-off'
@@ -63,6 +65,9 @@ export const managementGroup = {
     const profile = quick ? { ...base, ...QUICK_WARMUP } : base
     const rounds = quick ? ROUNDS.quick : ROUNDS.default
     progress(`starting a server and a client process for ${OFF}, ${ON} and ${TRACED}`)
+    // the tracing path's collector runs here, outside the measured processes (they get its URL from the environment)
+    const sink = await startOtlpSink()
+    process.env[OTLP_SINK_ENV] = sink.url
     const opened = await Promise.allSettled([OFF, ON, TRACED].map(n => openCrossProcessPath(PATHS_MODULE, n)))
     const paths = opened.filter(o => o.status === 'fulfilled').map(o => o.value)
     try {
@@ -92,6 +97,8 @@ export const managementGroup = {
       ]
     } finally {
       await Promise.all(paths.map(p => p.close().catch(err => { progress(`stopping ${p.name} failed: ${err.message}`) })))
+      delete process.env[OTLP_SINK_ENV]
+      await sink.close()
     }
   }
 }

@@ -24,6 +24,7 @@ import type { Token } from '../src/auth/delegation.js'
 import type { Orchestrator } from '../src/orchestration/orchestrator.js'
 import type { RelayEvent, TaskGateway } from '../src/tasks/gateway.js'
 import type { SkillContext, TaskEvent, TaskService } from '../src/tasks/service.js'
+import type { IoaSpanParent, IoaTracer } from '../src/tracing.js'
 import type { Gateway, HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
 import type { PrivateKey } from '@libp2p/interface'
 
@@ -307,5 +308,43 @@ describe('tasks through a gateway (TCP)', () => {
     }, { trace })
     expect(done.state).toBe('completed')
     expect(traces.get('via-gateway-kept-trace')).toEqual(trace)
+  })
+
+  // (last: it replaces the relay)
+  it('a relay with keepTrace and a tracer makes a relay span under the caller\'s span, which the executor continues', async () => {
+    await relay.stop()
+    const spans: Array<{ name: string, kind: string, parent: IoaSpanParent, id: string, attributes: Record<string, unknown>, error?: string, ended: boolean }> = []
+    // a tracer of the layer's facade that keeps what it is given (the OpenTelemetry one is tested in @ioa/management)
+    const tracer: IoaTracer = {
+      startSpan (name, kind, parent, attributes) {
+        const id = (spans.length + 1).toString(16).padStart(16, 'a')
+        const traceId = typeof parent === 'object' && 'trace' in parent ? parent.trace.traceparent.slice(3, 35) : 'f'.repeat(32)
+        const rec: (typeof spans)[number] = { name, kind, parent, id, attributes: attributes(), ended: false }
+        spans.push(rec)
+        return {
+          isRecording: () => true,
+          setAttribute: (k, v) => { rec.attributes[k] = v },
+          setAttributes: (a) => { Object.assign(rec.attributes, a) },
+          setError: (type) => { rec.error = type },
+          traceContext: () => ({ traceparent: `00-${traceId}-${id}-01` }),
+          end: () => { rec.ended = true }
+        }
+      }
+    }
+    relay = await createTaskGateway({ gateway, inner: innerIcs[1], outer: outerIcs[3], requestTimeout: 5_000, keepTrace: true, tracer })
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
+    const done = await requester.submitAndWait(traveller.did, hotel.did, {
+      skill: 'travel.hotel.booking', input: { nights: 1 }, proofs: [travellerToken], taskId: 'via-gateway-relay-span'
+    }, { trace })
+    expect(done.state).toBe('completed')
+    const span = await until(() => spans.find(s => s.attributes['ioa.task.id'] === 'via-gateway-relay-span' && s.ended), { ...POLL, what: 'the ended relay span' })
+    expect(span).toMatchObject({ name: 'relay travel.hotel.booking', kind: 'server', parent: { trace } })
+    expect(span.attributes).toMatchObject({ 'gen_ai.agent.id': hotel.did, 'ioa.skill': 'travel.hotel.booking', 'ioa.caller': traveller.did, 'ioa.gateway.domain': DOMAIN, 'ioa.task.state': 'completed' })
+    expect(span.error).toBeUndefined()
+    // the executor's parent is the relay span, in the caller's trace
+    expect(traces.get('via-gateway-relay-span')).toEqual({ traceparent: `00-4bf92f3577b34da6a3ce929d0e0e4736-${span.id}-01` })
+    // a submit without a trace makes no relay span
+    await requester.submitAndWait(traveller.did, hotel.did, { skill: 'travel.hotel.booking', input: { nights: 1 }, proofs: [travellerToken], taskId: 'via-gateway-no-trace' })
+    expect(spans.some(s => s.attributes['ioa.task.id'] === 'via-gateway-no-trace')).toBe(false)
   })
 })

@@ -10,7 +10,7 @@ import { openNodeStore } from './data-dir.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { attempt } from './logging.js'
 import type { IoaGateway, IoaGatewayInit, IoaNodeInit } from './ioa-node.js'
-import type { RelayEvent } from '@ioa/collab'
+import type { IoaTracer, RelayEvent } from '@ioa/collab'
 import type { GatewayExportedEvent, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
@@ -31,7 +31,7 @@ export async function closeOwned (datastore: Datastore, owned: boolean): Promise
 /** Start the domain gateway: an inner node in the domain network, bridged to `outer` */
 export async function startGateway (
   g: IoaGatewayInit, init: IoaNodeInit, outer: Interconnect,
-  { onRelay, onExported }: { onRelay: (event: RelayEvent) => void, onExported: (event: GatewayExportedEvent) => void },
+  { onRelay, onExported, tracer }: { onRelay: (event: RelayEvent) => void, onExported: (event: GatewayExportedEvent) => void, tracer?: IoaTracer },
   log: Logger
 ): Promise<NodeGateway> {
   const { listen, bootstrap, domain, privateNetwork, keepTrace, ...rest } = g
@@ -68,7 +68,7 @@ export async function startGateway (
       }
     })
     // tasks for exported agents are relayed too (this node then serves no tasks itself)
-    const relay = await createTaskGateway({ gateway, inner, outer, onRelay, keepTrace: keepTrace === true }).catch(async (err) => {
+    const relay = await createTaskGateway({ gateway, inner, outer, onRelay, keepTrace: keepTrace === true, ...(tracer != null ? { tracer } : {}) }).catch(async (err) => {
       await attempt(log, 'stopping the gateway after the task relay failed', async () => { await gateway.stop() })
       throw err
     })

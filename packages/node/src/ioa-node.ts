@@ -394,7 +394,9 @@ class DefaultIoaNode implements IoaNode {
   async startGateway (g: IoaGatewayInit, init: IoaNodeInit): Promise<void> {
     const started = await startGateway(g, init, this.interconnect, {
       onRelay: e => { this.events.gateway.emit(e) },
-      onExported: e => { this.events.exported.emit(e) }
+      onExported: e => { this.events.exported.emit(e) },
+      // with keepTrace, relayed submits are spans of the node's tracer (spec/management.md 3.4)
+      ...(this.tracer != null ? { tracer: this.tracer } : {})
     }, this.logger.forComponent('ioa:node:gateway'))
     this.gateway = started.gateway
     this.stopGateway = started.stop

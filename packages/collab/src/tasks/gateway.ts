@@ -30,6 +30,9 @@ import { TASK_PROTOCOL, checkSubmit, eventTaskId, isMap, parseEvent, parseTaskRe
 import { TASK_PROTOCOL_V2, checkSubmitV2, parseDelta, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import { numberOption } from '../options.js'
 import { linked } from './signals.js'
+import { SpanKind, endSpanWithError, endTaskSpan, startSpan, tracerOf } from '../tracing.js'
+import type { IoaSpan, IoaTracer } from '../tracing.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
@@ -102,6 +105,15 @@ export interface TaskGatewayInit {
    * @default false
    */
   keepTrace?: boolean
+  /**
+   * Where the relay's spans go: with `keepTrace`, a 2.0.0 submit that
+   * carries a trace gets a `relay {skill}` span, a child of the caller's
+   * span, whose context the executor's span then continues
+   * (spec/management.md 3.4)
+   *
+   * @default none (no span is recorded)
+   */
+  tracer?: IoaTracer
 
   /**
    * Told of every submit the relay admits or refuses (for logs and
@@ -193,6 +205,7 @@ class DefaultTaskGateway implements TaskGateway {
   private readonly callerCacheTtl: number
   private readonly onRelay?: (event: RelayEvent) => void
   private readonly keepTrace: boolean
+  private readonly tracer: IoaTracer
   /** Inner executor peers known not to serve 2.0.0 (spoken to on 1.0.0) */
   private readonly v1Peers = new BoundedMap<string, true>({ maxEntries: MAX_CALLERS })
   private readonly log: Logger
@@ -220,6 +233,7 @@ class DefaultTaskGateway implements TaskGateway {
     this.owners = new BoundedMap({ maxEntries: Math.floor(checkOption('maxRelayed', init.maxRelayed ?? 10_000)) })
     this.onRelay = init.onRelay
     this.keepTrace = init.keepTrace === true
+    this.tracer = tracerOf(init.tracer)
     this.log = init.outer.node.logger.forComponent('ioa:collab:gateway')
   }
 
@@ -370,9 +384,24 @@ class DefaultTaskGateway implements TaskGateway {
     return await fn(TASK_PROTOCOL, withoutTrace(payload))
   }
 
-  /** What the relay forwards of a 2.0.0 request: without its trace unless `keepTrace` */
-  private forwarded (payload: unknown): unknown {
-    return this.keepTrace ? payload : withoutTrace(payload)
+  /** What the relay forwards of a 2.0.0 request: without its trace unless `keepTrace`; with a relay span that records, the span's context instead */
+  private forwarded (payload: unknown, span?: IoaSpan): unknown {
+    if (!this.keepTrace) return withoutTrace(payload)
+    const t = span?.traceContext()
+    return t != null && isMap(payload) ? { ...payload, trace: t } : payload
+  }
+
+  /** The span of a relayed submit (spec/management.md 3.4): with `keepTrace` and a trace to continue only */
+  private relaySpan (trace: TraceContext | undefined, p: { to: Did, skill: string, task: string, from: Did }, peer: string): IoaSpan | undefined {
+    if (!this.keepTrace || trace == null) return undefined
+    return startSpan(this.tracer, `relay ${p.skill}`, SpanKind.SERVER, { trace }, () => ({
+      'gen_ai.agent.id': p.to,
+      'ioa.skill': p.skill,
+      'ioa.task.id': p.task,
+      'ioa.caller': p.from,
+      'ioa.gateway.domain': this.gateway.domain,
+      'ioa.gateway.peer': peer
+    }))
   }
 
   /** Count the end of a relayed call: answered, failed in the domain, or abandoned by the caller */
@@ -429,11 +458,13 @@ class DefaultTaskGateway implements TaskGateway {
 
   private async * onSubmit (payload: unknown, ctx: RequestContext, version: Version): AsyncGenerator<unknown> {
     const peer = ctx.peer.toString()
-    const { to, skill, task, from } = this.refuse(() => {
+    const submitted: { checked: ReturnType<typeof checkSubmit>['checked'], trace?: TraceContext } = this.refuse(() => {
       assertCanonical(version, ctx)
       return version === 2 ? checkSubmitV2(payload) : checkSubmit(payload)
-    }).checked.envelope.payload
-    const relayedPayload = version === 2 ? this.forwarded(payload) : payload
+    })
+    const { to, skill, task, from } = submitted.checked.envelope.payload
+    const span = this.relaySpan(submitted.trace, { to, skill, task, from }, peer)
+    const relayedPayload = version === 2 ? this.forwarded(payload, span) : payload
     const domain = this.gateway.isExportedAgent(to) ? await this.callerDomain(from, peer, ctx.signal) : undefined
     const key = DefaultTaskGateway.key(to, task)
     const owner: Owner = { peer, skill, ...(domain != null ? { domain } : {}) }
@@ -448,6 +479,7 @@ class DefaultTaskGateway implements TaskGateway {
       const e = err as { code?: unknown, message?: unknown }
       this.log('refused task %s of %s from %s: %s', task, to, peer, String(e?.message ?? err))
       this.tell({ type: 'refused', ...base, code: typeof e?.code === 'string' ? e.code : 'REFUSED', message: String(e?.message ?? err) })
+      if (span != null) endSpanWithError(span, err)
       throw err
     }
     // told once the executor decided (its first state after `submitted`, or its refusal)
@@ -463,9 +495,12 @@ class DefaultTaskGateway implements TaskGateway {
     const reserved = !this.owners.has(key)
     if (reserved) this.remember(key, owner)
     let accepted = false
+    let last: { state?: string, error?: { code: string, message?: string } } | undefined
+    let failed = false
     try {
       yield * this.relayStream(to, 'submit', relayedPayload, ctx, version, (event) => {
         accepted = true
+        if (event.state != null) last = event
         // an idempotent repeat follows the earlier task, under its own id
         const id = event.id
         if (id !== task && !this.owners.has(DefaultTaskGateway.key(to, id))) this.remember(DefaultTaskGateway.key(to, id), owner)
@@ -477,9 +512,13 @@ class DefaultTaskGateway implements TaskGateway {
       // an error the executor sent back (not a failure to reach it)
       const e = err as { code?: unknown, message?: unknown, remote?: unknown }
       if (!accepted && e?.remote === true && typeof e.code === 'string') relayed({ code: e.code, message: String(e.message ?? err) })
+      failed = true
+      if (span != null) endSpanWithError(span, err)
       throw err
     } finally {
       relayed()
+      // the relay span ends with the last state it passed on (also when the caller stopped reading)
+      if (span != null && !failed) endTaskSpan(span, last?.state, last?.error?.code, last?.error?.message)
       // refused by the executor (or never reached): the id is not ours
       if (reserved && !accepted && this.owners.peek(key) === owner) this.owners.delete(key)
     }

@@ -11,7 +11,8 @@
 import { InvalidTracingConfigError } from './errors.js'
 import type { IoaTracer } from '@ioa/collab'
 import type { TracerProvider } from '@opentelemetry/api'
-import type { SpanExporter } from '@opentelemetry/sdk-trace-base'
+import type { Sampler, SpanExporter } from '@opentelemetry/sdk-trace-base'
+import type * as SdkTraceBase from '@opentelemetry/sdk-trace-base'
 
 /** Defaults of `TracingInit` */
 export const TRACING_DEFAULTS = Object.freeze({
@@ -87,6 +88,13 @@ export async function otelTracer (provider?: TracerProvider): Promise<IoaTracer>
   return tracerOfProvider(provider)
 }
 
+/** The sampler of new traces: every one or none without a draw per span at 1 and 0, else a share by trace id */
+function rootSampler (sdk: typeof SdkTraceBase, ratio: number): Sampler {
+  if (ratio >= 1) return new sdk.AlwaysOnSampler()
+  if (ratio <= 0) return new sdk.AlwaysOffSampler()
+  return new sdk.TraceIdRatioBasedSampler(ratio)
+}
+
 /** Make a node's tracer provider (loads the OpenTelemetry SDK); throws `InvalidTracingConfigError` */
 export async function createTracing (init: TracingInit): Promise<Tracing> {
   check(init)
@@ -104,7 +112,7 @@ export async function createTracing (init: TracingInit): Promise<Tracing> {
   }
   const provider = new sdk.BasicTracerProvider({
     resource: resources.resourceFromAttributes({ 'service.name': init.serviceName ?? TRACING_DEFAULTS.serviceName }),
-    sampler: new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(init.sampleRatio ?? TRACING_DEFAULTS.sampleRatio) }),
+    sampler: new sdk.ParentBasedSampler({ root: rootSampler(sdk, init.sampleRatio ?? TRACING_DEFAULTS.sampleRatio) }),
     spanProcessors: processors
   })
   return {

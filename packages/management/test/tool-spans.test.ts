@@ -66,7 +66,9 @@ describe('execute_tool spans in a task over TCP', () => {
     tsR = createTaskService(pair.icR, { tracer: tracingR.tracer })
     closers.push(async () => tsE.stop(), async () => tsR.stop())
     const mcp = await mcpPair(closers)
+    // #region mcp
     await tsE.serve(worker.did, 'test.tools', async (input, ctx: SkillContext) => {
+      // mcp: a connected @modelcontextprotocol/sdk Client; each callTool is an execute_tool span
       const tools = traceMcpClient(mcp, ctx, { callIdOf: p => typeof p.arguments?.callId === 'string' ? p.arguments.callId : undefined })
       const sum = textOf(await tools.callTool({ name: 'add', arguments: { a: 2, b: 3 } }))
       const jammed = await tools.callTool({ name: 'jammed', arguments: {} }) as { isError?: boolean }
@@ -75,6 +77,7 @@ describe('execute_tool spans in a task over TCP', () => {
       const badName = await ctx.tool('', () => 1).catch((err: Error) => err.name)
       return { sum, jammed: jammed.isError === true, local, badName, input }
     })
+    // #endregion
     await resolvable(pair.icR, worker.did)
   })
 

@@ -8,6 +8,7 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { createIdentity, identityFromPrivateKey } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
+import { EncodedPayload } from '@ioa/transport/internal'
 import { defaultLogger } from '@libp2p/logger'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -35,6 +36,11 @@ const SKEW = 1_000
 
 interface Sent { method: string, payload: any }
 
+/** A payload as it goes on the wire (a request encoded from its parts, decoded) */
+function onWire (payload: unknown): unknown {
+  return payload instanceof EncodedPayload ? dagCbor.decode(payload.bytes) : payload
+}
+
 /** The requester's messaging, recording every request it sends */
 function recording (m: TaskServiceComponents['messaging'], sent: Sent[]): TaskServiceComponents['messaging'] {
   return {
@@ -42,11 +48,11 @@ function recording (m: TaskServiceComponents['messaging'], sent: Sent[]): TaskSe
     handleStream: async (...a) => m.handleStream(...a),
     unhandle: async (...a) => m.unhandle(...a),
     request: async (peer, protocol, method, payload, options) => {
-      sent.push({ method, payload })
+      sent.push({ method, payload: onWire(payload) })
       return await m.request(peer, protocol, method, payload, options)
     },
     stream: (peer, protocol, method, payload, options) => {
-      sent.push({ method, payload })
+      sent.push({ method, payload: onWire(payload) })
       return m.stream(peer, protocol, method, payload, options)
     }
   } as TaskServiceComponents['messaging']

@@ -121,7 +121,22 @@ const KEY: Record<string, Uint8Array> = Object.fromEntries(
   ['c', 'd', 'e', 'i', 'm', 'n', 'p', 't'].map(k => [k, Uint8Array.of(0x61, k.charCodeAt(0))])
 )
 
+/**
+ * A frame payload its sender has already encoded as DAG-CBOR (say, from
+ * parts it encoded once for a hash or a signature): the bytes go into the
+ * frame as they are, not encoded again. They must be one canonical DAG-CBOR
+ * value; the receiver decodes and checks them as any payload. Sent on the
+ * wire, the frame is the same as if the decoded value had been given.
+ */
+export class EncodedPayload {
+  readonly bytes: Uint8Array
+  constructor (bytes: Uint8Array) {
+    this.bytes = bytes
+  }
+}
+
 function payloadBytes (payload: unknown): Uint8Array {
+  if (payload instanceof EncodedPayload) return payload.bytes
   try {
     return dagCbor.encode(payload ?? null)
   } catch (err: any) {

@@ -157,13 +157,24 @@ export function envelopeSigningBytes (payload: EnvelopePayload): Uint8Array {
  */
 const ENVELOPE_OVERHEAD = 1 + 4 + 2 + 64 + 8
 
+/** @internal An envelope made to be sent, with the DAG-CBOR encoding of its payload (the bytes signed, or vouched for by a session) */
+export interface EncodedEnvelope<E extends Envelope | UnsignedEnvelope> {
+  envelope: E
+  payloadBytes: Uint8Array
+}
+
 /**
  * Create and sign an envelope for a request body
  */
 export async function createEnvelope (sender: Identity, init: EnvelopeInit): Promise<Envelope> {
+  return (await createEncodedEnvelope(sender, init)).envelope
+}
+
+/** @internal `createEnvelope`, keeping the payload's encoding (a requester frames it as it is) */
+export async function createEncodedEnvelope (sender: Identity, init: EnvelopeInit): Promise<EncodedEnvelope<Envelope>> {
   const { payload, bytes } = await envelopePayload(sender.did, init)
   const sig = await signWith(sender, withPrefix(bytes))
-  return { payload, sig }
+  return { envelope: { payload, sig }, payloadBytes: bytes }
 }
 
 /**
@@ -172,12 +183,84 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
  * holds a session binding
  */
 export async function createUnsignedEnvelope (sender: Did, init: EnvelopeInit): Promise<UnsignedEnvelope> {
-  return { payload: (await envelopePayload(sender, init)).payload }
+  return (await createEncodedUnsignedEnvelope(sender, init)).envelope
+}
+
+/** @internal `createUnsignedEnvelope`, keeping the payload's encoding */
+export async function createEncodedUnsignedEnvelope (sender: Did, init: EnvelopeInit): Promise<EncodedEnvelope<UnsignedEnvelope>> {
+  const { payload, bytes } = await envelopePayload(sender, init)
+  return { envelope: { payload }, payloadBytes: bytes }
+}
+
+/** A proof checked once: the caller's token object, what it held when checked, and the checked copy */
+interface CheckedProof {
+  payload: unknown
+  sig: unknown
+  checked: CheckedToken
+}
+
+/**
+ * Proofs checked before, by the token object the caller passed: a requester
+ * sends the same delegation with every task, and checking (and encoding) it
+ * again each time cost a tenth of the task. A token is signed: one whose
+ * `payload` or `sig` was replaced since is checked again; the fields inside
+ * are taken as they were (a changed token would not verify anyway).
+ */
+const checkedProofs = new WeakMap<object, CheckedProof>()
+
+function checkProof (value: unknown): CheckedToken {
+  if (value == null || typeof value !== 'object') return checkToken(value)
+  const known = checkedProofs.get(value)
+  const { payload, sig } = value as { payload?: unknown, sig?: unknown }
+  if (known != null && known.payload === payload && known.sig === sig) return known.checked
+  const checked = checkToken(value)
+  checkedProofs.set(value, { payload, sig, checked })
+  return checked
+}
+
+/** DAG-CBOR heads of the `proofs` key (the longest key of a payload, so its last) and of a short array */
+const PROOFS_KEY = Uint8Array.of(0x66, ...new TextEncoder().encode('proofs'))
+const MAP_10 = 0xaa
+const MAP_9 = 0xa9
+
+/**
+ * The DAG-CBOR encoding of `payload`, its proofs taken from their checked
+ * encodings instead of being encoded again: the other nine fields are encoded
+ * as a map, whose head becomes that of ten entries, then `proofs` (the
+ * longest key sorts last in DAG-CBOR's order) and the tokens' bytes follow
+ */
+function encodePayloadWith (payload: EnvelopePayload, proofs: CheckedToken[]): Uint8Array {
+  const { proofs: _proofs, ...fields } = payload
+  let head: Uint8Array
+  try {
+    head = dagCbor.encode(fields)
+  } catch (err: any) {
+    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
+  }
+  // nine fields: a one-byte map head; fewer (a field left out) falls back to the plain encoding
+  if (head[0] !== MAP_9 || proofs.length > 23) return encodePayload(payload)
+  let size = head.byteLength + PROOFS_KEY.byteLength + 1
+  for (const p of proofs) size += p.bytes.byteLength
+  if (size + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  const out = new Uint8Array(size)
+  out.set(head)
+  out[0] = MAP_10
+  let at = head.byteLength
+  out.set(PROOFS_KEY, at)
+  at += PROOFS_KEY.byteLength
+  out[at++] = 0x80 | proofs.length
+  for (const p of proofs) {
+    out.set(p.bytes, at)
+    at += p.bytes.byteLength
+  }
+  return out
 }
 
 /** An envelope payload from `from` and its DAG-CBOR encoding, checked as a receiver would */
 async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payload: EnvelopePayload, bytes: Uint8Array }> {
   const iat = init.issuedAt ?? Date.now()
+  const body = init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body)
+  const proofs = init.proofs.map(checkProof)
   const payload: EnvelopePayload = {
     v: 1,
     from,
@@ -187,13 +270,13 @@ async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payloa
     nonce: init.nonce ?? randomNonce(),
     iat,
     exp: init.expiresAt ?? iat + DEFAULT_ENVELOPE_TTL,
-    body: init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body),
-    proofs: init.proofs.map(t => checkToken(t).token)
+    body,
+    proofs: proofs.map(p => p.token)
   }
   // refuse to sign what a receiver would refuse to accept (the same checks as
   // parseEnvelope; the proofs were just checked, the payload is encoded once)
   checkPayloadFields(payload as unknown as Record<string, unknown>)
-  return { payload, bytes: encodePayload(payload) }
+  return { payload, bytes: encodePayloadWith(payload, proofs) }
 }
 
 function isTime (v: unknown): v is number {

@@ -6,9 +6,9 @@
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { StreamClosedError, isRepeatable } from '@ioa/transport'
-import { BoundedMap } from '@ioa/transport/internal'
+import { BoundedMap, EncodedPayload } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope, createUnsignedEnvelope } from '../auth/envelope.js'
+import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEncodedEnvelope, createEncodedUnsignedEnvelope } from '../auth/envelope.js'
 import { SessionClient, isEnvelopeRefusal, isSessionRefusal, withFallback } from '../auth/session-client.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
@@ -19,6 +19,7 @@ import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
 import { decodeV2Stream } from './delta-stream.js'
+import { submitBytes } from './submit-bytes.js'
 import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
 import type { Tracer } from '@opentelemetry/api'
 import { positiveInteger } from '../options.js'
@@ -28,7 +29,7 @@ import type { LeaseWatchHost } from './lease-watch.js'
 import type { TraceContext } from './wire-v2.js'
 import type { Approval } from '../auth/policy.js'
 import type { AuthMode } from '../auth/session-client.js'
-import type { EnvelopeInit } from '../auth/envelope.js'
+import type { EncodedEnvelope, Envelope, EnvelopeInit, UnsignedEnvelope } from '../auth/envelope.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
@@ -182,10 +183,15 @@ export class TaskRequester implements LeaseWatchHost {
     return this.remoteStream(peer, method, payload, signal)
   }
 
-  /** A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full snapshots) or 1.0.0 */
-  private async * remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
+  /**
+   * A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full
+   * snapshots) or 1.0.0; `encoded`, when given, makes the 2.0.0 request's
+   * bytes (the same value as `payload`, from parts encoded once)
+   */
+  private async * remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal, encoded?: () => EncodedPayload): AsyncGenerator<unknown> {
     const opened = await this.onVersion(peer, async (protocol) => {
-      const s = this.components.messaging.stream(this.peerId(peer), protocol, method, protocol === TASK_PROTOCOL ? withoutTrace(payload) : payload, {
+      const wire = protocol === TASK_PROTOCOL ? withoutTrace(payload) : encoded?.() ?? payload
+      const s = this.components.messaging.stream(this.peerId(peer), protocol, method, wire, {
         signal,
         // our own lease watchdog decides; this only bounds a silent stream
         timeout: Math.max(30_000, 6 * MAX_LEASE)
@@ -349,13 +355,23 @@ export class TaskRequester implements LeaseWatchHost {
    * is sent signed from then on).
    */
   private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<AsyncGenerator<unknown>> {
-    const request = (envelope: unknown): Record<string, unknown> => trace != null ? { envelope, body, trace } : { envelope, body }
-    const signed = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createEnvelope(identity, init)), signal)
     const local = peer === 'local'
+    const send = (made: EncodedEnvelope<Envelope | UnsignedEnvelope>): AsyncGenerator<unknown> => {
+      const envelope = made.envelope
+      const request = trace != null ? { envelope, body, trace } : { envelope, body }
+      if (local) return this.openStream(peer, 'submit', request, signal)
+      const bodyBytes = init.bodyBytes
+      // encoded once: the body's bytes (hashed for its CID) and the payload's (signed) go into the frame as they are
+      const encoded = bodyBytes != null
+        ? () => new EncodedPayload(submitBytes({ body: bodyBytes, payload: made.payloadBytes, sig: envelope.sig, trace }))
+        : undefined
+      return this.remoteStream(peer, 'submit', request, signal, encoded)
+    }
+    const signed = async (): Promise<AsyncGenerator<unknown>> => send(await createEncodedEnvelope(identity, init))
     if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
     // session mode is a part of 2.0.0 (spec 2.6): a peer of 1.0.0 only gets signed envelopes
     if (!local && (await this.versionOf(peer) === 1 || !await this.sessions.ensure(peer, identity, signal))) return await signed()
-    const unsigned = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createUnsignedEnvelope(identity.did, init)), signal)
+    const unsigned = async (): Promise<AsyncGenerator<unknown>> => send(await createEncodedUnsignedEnvelope(identity.did, init))
     return withFallback(await unsigned(), async (err) => {
       if (isEnvelopeRefusal(err)) {
         this.log('%s requires envelope mode for %s: sending task %s signed', init.to, init.skill, init.task)

@@ -146,23 +146,3 @@ export class SessionClient {
     return { bindings: this.bound.size, unsupported: this.unsupported.size, envelopeSkills: this.envelopeSkills.size }
   }
 }
-
-/**
- * `source`, and when it fails before its first item, the stream `fallback`
- * makes for that error (undefined: the error stands); used to send a refused
- * session-mode request again, once
- */
-export async function * withFallback<T> (source: AsyncGenerator<T>, fallback: (err: unknown) => Promise<AsyncGenerator<T> | undefined>): AsyncGenerator<T> {
-  let started = false
-  try {
-    for await (const item of source) {
-      started = true
-      yield item
-    }
-  } catch (err) {
-    if (started) throw err
-    const next = await fallback(err)
-    if (next == null) throw err
-    yield * next
-  }
-}

@@ -9,7 +9,7 @@ import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import { BoundedMap, EncodedPayload } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEncodedEnvelope, createEncodedUnsignedEnvelope } from '../auth/envelope.js'
-import { SessionClient, isEnvelopeRefusal, isSessionRefusal, withFallback } from '../auth/session-client.js'
+import { SessionClient, isEnvelopeRefusal, isSessionRefusal } from '../auth/session-client.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
 } from '../errors.js'
@@ -18,7 +18,7 @@ import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
-import { decodeV2Stream } from './delta-stream.js'
+import { FallbackEvents, RemoteEvents } from './event-source.js'
 import { submitBytes } from './submit-bytes.js'
 import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
 import type { Tracer } from '@opentelemetry/api'
@@ -26,6 +26,7 @@ import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
+import type { EventSource } from './event-source.js'
 import type { TraceContext } from './wire-v2.js'
 import type { Approval } from '../auth/policy.js'
 import type { AuthMode } from '../auth/session-client.js'
@@ -171,7 +172,7 @@ export class TaskRequester implements LeaseWatchHost {
     return id
   }
 
-  openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
+  openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): EventSource {
     if (peer === 'local') {
       const source = method === 'submit'
         ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
@@ -185,33 +186,21 @@ export class TaskRequester implements LeaseWatchHost {
 
   /**
    * A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full
-   * snapshots) or 1.0.0; `encoded`, when given, makes the 2.0.0 request's
-   * bytes (the same value as `payload`, from parts encoded once)
+   * snapshots) or 1.0.0, opened when first read; `encoded`, when given, makes
+   * the 2.0.0 request's bytes (the same value as `payload`, from parts
+   * encoded once)
    */
-  private async * remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal, encoded?: () => EncodedPayload): AsyncGenerator<unknown> {
-    const opened = await this.onVersion(peer, async (protocol) => {
+  private remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal, encoded?: () => EncodedPayload): EventSource {
+    return new RemoteEvents(async () => await this.onVersion(peer, async (protocol) => {
       const wire = protocol === TASK_PROTOCOL ? withoutTrace(payload) : encoded?.() ?? payload
-      const s = this.components.messaging.stream(this.peerId(peer), protocol, method, wire, {
+      const stream = this.components.messaging.stream(this.peerId(peer), protocol, method, wire, {
         signal,
         // our own lease watchdog decides; this only bounds a silent stream
         timeout: Math.max(30_000, 6 * MAX_LEASE)
       })
       // the first event tells whether the peer serves the protocol
-      return { s, first: await s.next(), v2: protocol === TASK_PROTOCOL_V2 }
-    })
-    if (opened.v2) {
-      yield * decodeV2Stream(opened.s, opened.first, method === 'submit')
-      return
-    }
-    try {
-      let next = opened.first
-      while (next.done !== true) {
-        yield next.value
-        next = await opened.s.next()
-      }
-    } finally {
-      await opened.s.return(undefined)
-    }
+      return { stream, first: await stream.next(), v2: protocol === TASK_PROTOCOL_V2 }
+    }), method === 'submit')
   }
 
   private async request<T> (peer: string, method: 'get' | 'cancel' | 'approve', payload: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
@@ -316,10 +305,11 @@ export class TaskRequester implements LeaseWatchHost {
     }
   }
 
-  private async * submitTraced (identity: Identity, to: Did, taskId: string, request: TaskRequest, options: SubmitOptions, body: Record<string, unknown>, bodyBytes: Uint8Array | undefined, deadline: number | undefined, ttl: number, trace: TraceContext | undefined): AsyncGenerator<TaskEvent, void, undefined> {
+  /** The events of a submit (a plain function, not a generator of its own: `submit` reads the lease watch directly) */
+  private submitTraced (identity: Identity, to: Did, taskId: string, request: TaskRequest, options: SubmitOptions, body: Record<string, unknown>, bodyBytes: Uint8Array | undefined, deadline: number | undefined, ttl: number, trace: TraceContext | undefined): AsyncGenerator<TaskEvent, void, undefined> {
 
     const auth = options.auth ?? this.auth
-    const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
+    const open = async (peer: string, signal: AbortSignal): Promise<EventSource> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
       const init: EnvelopeInit = {
@@ -328,8 +318,7 @@ export class TaskRequester implements LeaseWatchHost {
       return await this.openSubmit(peer, identity, init, body, auth, signal, trace)
     }
     if (request.idempotencyKey == null) {
-      yield * this.watch(to, taskId, open, options.signal)
-      return
+      return this.watch(to, taskId, open, options.signal)
     }
     // concurrent submits with one key follow one stream (checked and set before any await)
     const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
@@ -343,7 +332,7 @@ export class TaskRequester implements LeaseWatchHost {
       this.joins.set(key, created)
       shared = created
     }
-    yield * shared.join(options.signal)
+    return shared.join(options.signal)
   }
 
   /**
@@ -354,9 +343,9 @@ export class TaskRequester implements LeaseWatchHost {
    * `ENVELOPE_REQUIRED` is sent again signed (and that skill of that agent
    * is sent signed from then on).
    */
-  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<AsyncGenerator<unknown>> {
+  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<EventSource> {
     const local = peer === 'local'
-    const send = (made: EncodedEnvelope<Envelope | UnsignedEnvelope>): AsyncGenerator<unknown> => {
+    const send = (made: EncodedEnvelope<Envelope | UnsignedEnvelope>): EventSource => {
       const envelope = made.envelope
       const request = trace != null ? { envelope, body, trace } : { envelope, body }
       if (local) return this.openStream(peer, 'submit', request, signal)
@@ -367,12 +356,12 @@ export class TaskRequester implements LeaseWatchHost {
         : undefined
       return this.remoteStream(peer, 'submit', request, signal, encoded)
     }
-    const signed = async (): Promise<AsyncGenerator<unknown>> => send(await createEncodedEnvelope(identity, init))
+    const signed = async (): Promise<EventSource> => send(await createEncodedEnvelope(identity, init))
     if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
     // session mode is a part of 2.0.0 (spec 2.6): a peer of 1.0.0 only gets signed envelopes
     if (!local && (await this.versionOf(peer) === 1 || !await this.sessions.ensure(peer, identity, signal))) return await signed()
-    const unsigned = async (): Promise<AsyncGenerator<unknown>> => send(await createEncodedUnsignedEnvelope(identity.did, init))
-    return withFallback(await unsigned(), async (err) => {
+    const unsigned = async (): Promise<EventSource> => send(await createEncodedUnsignedEnvelope(identity.did, init))
+    return new FallbackEvents(await unsigned(), async (err) => {
       if (isEnvelopeRefusal(err)) {
         this.log('%s requires envelope mode for %s: sending task %s signed', init.to, init.skill, init.task)
         this.sessions.requireEnvelope(peer, init.to, init.skill)
@@ -383,7 +372,7 @@ export class TaskRequester implements LeaseWatchHost {
         this.sessions.forget(peer, identity.did)
         if (!await this.sessions.ensure(peer, identity, signal)) return await signed()
         // refused again (the request went on another connection than the binding): signed
-        return withFallback(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
+        return new FallbackEvents(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
       }
       return undefined
     })
@@ -401,7 +390,7 @@ export class TaskRequester implements LeaseWatchHost {
    * is resubscribed until 3 lease intervals pass without any event, then a
    * `lapsed` event ends the iteration.
    */
-  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<AsyncGenerator<unknown>>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
+  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
     return watchLease(this, to, initialId, submit, outer)
   }
 

@@ -48,6 +48,7 @@ const METRICS = {
   'rtt.p99': ['p99', 'ms', false],
   [`throughput.${DEPTH}`]: ['throughput', 'calls/s', true],
   'cpu.per-call': ['cpuPerCall', 'µs', false],
+  'cpu.per-call.client': ['cpuPerCallClient', 'µs', false],
   'cpu.per-call.sequential': ['cpuPerCallSequential', 'µs', false]
 }
 

@@ -42,6 +42,9 @@ describe('encoded once', () => {
       expect(signed.payloadBytes).toEqual(dagCbor.encode(signed.envelope.payload))
       const unsigned = await createEncodedUnsignedEnvelope(requester.did, init(proofs, { nonce: 'a-nonce-of-ours' }))
       expect(unsigned.payloadBytes).toEqual(dagCbor.encode(unsigned.envelope.payload))
+      // a string of other than ASCII characters, and times beyond 32 bits
+      const other = await createEncodedUnsignedEnvelope(requester.did, init(proofs, { nonce: 'ünïcode-nonce', issuedAt: 2 ** 40, expiresAt: 2 ** 40 + 1 }))
+      expect(other.payloadBytes).toEqual(dagCbor.encode(other.envelope.payload))
     }
   })
 

@@ -99,7 +99,7 @@ const ALLOWED_KEYS: Record<number, ReadonlySet<string>> = {
 const utf8 = new TextEncoder()
 
 /** CBOR head: major type and argument, in the shortest form (RFC 8949 §3) */
-function head (major: number, n: number): Uint8Array {
+export function head (major: number, n: number): Uint8Array {
   const m = major << 5
   if (n < 24) return Uint8Array.of(m | n)
   if (n <= 0xff) return Uint8Array.of(m | 24, n)

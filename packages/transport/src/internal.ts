@@ -12,9 +12,10 @@
  *   interconnect).
  * - {@link EncodedPayload}: a messaging payload already encoded as
  *   DAG-CBOR, framed as it is (a requester that encoded the parts of a
- *   request once, for a hash or a signature, does not encode them again).
+ *   request once, for a hash or a signature, does not encode them again),
+ *   and {@link cborHead}, the CBOR head such requests are put together with.
  */
 export { TokenBuckets } from './rate-limit.js'
 export { BoundedMap } from './bounded-map.js'
 export type { BoundedMapInit } from './bounded-map.js'
-export { EncodedPayload } from './codec.js'
+export { EncodedPayload, head as cborHead } from './codec.js'

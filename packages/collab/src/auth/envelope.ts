@@ -20,6 +20,7 @@ import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
 import { signWith } from './ed25519.js'
+import { asciiText, cborHead, concatParts } from '../cbor-parts.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
@@ -218,41 +219,32 @@ function checkProof (value: unknown): CheckedToken {
   return checked
 }
 
-/** DAG-CBOR heads of the `proofs` key (the longest key of a payload, so its last) and of a short array */
-const PROOFS_KEY = Uint8Array.of(0x66, ...new TextEncoder().encode('proofs'))
-const MAP_10 = 0xaa
-const MAP_9 = 0xa9
+/** The payload's keys in DAG-CBOR order (shorter first, then bytewise), as CBOR text strings */
+const PAYLOAD_KEYS = ['v', 'to', 'exp', 'iat', 'body', 'from', 'task', 'nonce', 'skill', 'proofs'] as const
+const KEY_BYTES = new Map(PAYLOAD_KEYS.map(k => [k, asciiText(k) as Uint8Array]))
 
 /**
- * The DAG-CBOR encoding of `payload`, its proofs taken from their checked
- * encodings instead of being encoded again: the other nine fields are encoded
- * as a map, whose head becomes that of ten entries, then `proofs` (the
- * longest key sorts last in DAG-CBOR's order) and the tokens' bytes follow
+ * The DAG-CBOR encoding of `payload`, written by hand: its fields are
+ * integers and (here always ASCII) strings, its proofs the checked tokens'
+ * encodings, so nothing is encoded twice and no generic encoder runs; a
+ * payload with a string of other characters is encoded the generic way
  */
 function encodePayloadWith (payload: EnvelopePayload, proofs: CheckedToken[]): Uint8Array {
-  const { proofs: _proofs, ...fields } = payload
-  let head: Uint8Array
-  try {
-    head = dagCbor.encode(fields)
-  } catch (err: any) {
-    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
+  const parts: Uint8Array[] = [cborHead(5, PAYLOAD_KEYS.length)]
+  for (const k of PAYLOAD_KEYS) {
+    parts.push(KEY_BYTES.get(k) as Uint8Array)
+    if (k === 'proofs') {
+      parts.push(cborHead(4, proofs.length))
+      for (const p of proofs) parts.push(p.bytes)
+      continue
+    }
+    const value = payload[k]
+    const bytes = typeof value === 'number' ? cborHead(0, value) : asciiText(value)
+    if (bytes == null) return encodePayload(payload)
+    parts.push(bytes)
   }
-  // nine fields: a one-byte map head; fewer (a field left out) falls back to the plain encoding
-  if (head[0] !== MAP_9 || proofs.length > 23) return encodePayload(payload)
-  let size = head.byteLength + PROOFS_KEY.byteLength + 1
-  for (const p of proofs) size += p.bytes.byteLength
-  if (size + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
-  const out = new Uint8Array(size)
-  out.set(head)
-  out[0] = MAP_10
-  let at = head.byteLength
-  out.set(PROOFS_KEY, at)
-  at += PROOFS_KEY.byteLength
-  out[at++] = 0x80 | proofs.length
-  for (const p of proofs) {
-    out.set(p.bytes, at)
-    at += p.bytes.byteLength
-  }
+  const out = concatParts(parts)
+  if (out.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
   return out
 }
 

@@ -8,16 +8,11 @@
  * `trace`, `envelope`; in the envelope, `sig` then `payload`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
+import { asciiText, concatParts } from '../cbor-parts.js'
 import type { TraceContext } from './wire-v2.js'
 
-const utf8 = new TextEncoder()
-
-/** A CBOR text string of fewer than 24 bytes (the keys here) */
-function key (name: string): Uint8Array {
-  const bytes = utf8.encode(name)
-  return Uint8Array.of(0x60 | bytes.byteLength, ...bytes)
-}
-
+/** The keys, as CBOR text strings */
+const key = (name: string): Uint8Array => asciiText(name) as Uint8Array
 const BODY = key('body')
 const TRACE = key('trace')
 const ENVELOPE = key('envelope')
@@ -49,13 +44,5 @@ export function submitBytes (parts: SubmitParts): Uint8Array {
     chunks.push(Uint8Array.of(0xa1))
   }
   chunks.push(PAYLOAD, parts.payload)
-  let size = 0
-  for (const c of chunks) size += c.byteLength
-  const out = new Uint8Array(size)
-  let at = 0
-  for (const c of chunks) {
-    out.set(c, at)
-    at += c.byteLength
-  }
-  return out
+  return concatParts(chunks)
 }

@@ -9,7 +9,8 @@ import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import { BoundedMap, EncodedPayload } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEncodedEnvelope, createEncodedUnsignedEnvelope } from '../auth/envelope.js'
-import { SessionClient, isEnvelopeRefusal, isSessionRefusal } from '../auth/session-client.js'
+import { SessionClient, V1_RECHECK, isEnvelopeRefusal, isSessionRefusal } from '../auth/session-client.js'
+import { PeerVersions } from './peer-versions.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
 } from '../errors.js'
@@ -34,9 +35,6 @@ import type { EncodedEnvelope, Envelope, EnvelopeInit, UnsignedEnvelope } from '
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
-
-/** How long a peer found to speak 1.0.0 only is spoken to without looking again (it may be upgraded) */
-const V1_RECHECK = 30_000
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
@@ -63,8 +61,8 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly routes: BoundedMap<string, string>
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
   private readonly peerIds: BoundedMap<string, PeerId>
-  /** The task protocol version each peer is spoken to with (from identify, or learned from a refusal of 2.0.0) */
-  private readonly versions: BoundedMap<string, { version: 1 | 2, until: number }>
+  /** The task protocol version each peer is spoken to with, and whether it serves session mode (shared with `sessions`) */
+  private readonly versions: PeerVersions
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
   /** How requests are authenticated unless `submit` says otherwise (spec 2.6) */
@@ -84,12 +82,16 @@ export class TaskRequester implements LeaseWatchHost {
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
-    this.versions = new BoundedMap({ maxEntries: maxRoutes })
     this.auth = init.auth ?? 'session'
     if (this.auth !== 'session' && this.auth !== 'envelope') throw new RangeError('auth must be session or envelope')
     this.sessions = new SessionClient(init.sessionClient ?? {}, async (peer, method, payload, signal) => {
       return await this.components.messaging.request(this.peerId(peer), TASK_PROTOCOL_V2, method, payload, { signal, timeout: this.requestTimeout })
-    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'))
+    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'), (sessionlessFor) => new PeerVersions({
+      // as many peers as routes at most
+      maxPeers: maxRoutes, v1Recheck: V1_RECHECK, sessionlessFor
+    }))
+    // one memo of what each peer speaks, for the version chosen here and for session mode
+    this.versions = this.sessions.versions
   }
 
   /**
@@ -99,8 +101,8 @@ export class TaskRequester implements LeaseWatchHost {
    * looked at again after `V1_RECHECK` ms
    */
   private async versionOf (peer: string): Promise<1 | 2> {
-    const known = this.versions.peek(peer)
-    if (known != null && known.until > Date.now()) return known.version
+    const known = this.versions.version(peer)
+    if (known != null) return known
     let protocols: readonly string[] | undefined
     try {
       protocols = await this.components.protocolsOf?.(this.peerId(peer))
@@ -109,13 +111,13 @@ export class TaskRequester implements LeaseWatchHost {
       this.log.trace('no protocols of %s known: %e', peer, err)
     }
     if (protocols?.includes(TASK_PROTOCOL_V2) === true) {
-      this.versions.set(peer, { version: 2, until: Infinity })
+      this.versions.setVersion(peer, 2)
       return 2
     }
     // a peer that announced 1.0.0 only (looked up again after a while: it
     // may have announced before it served 2.0.0); anything else: try 2.0.0
     if (protocols?.includes(TASK_PROTOCOL) !== true) return 2
-    this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+    this.versions.setVersion(peer, 1)
     return 1
   }
 
@@ -127,7 +129,7 @@ export class TaskRequester implements LeaseWatchHost {
       } catch (err: any) {
         if (err?.code !== 'PROTOCOL_NOT_SUPPORTED') throw err
         this.log('%s does not serve %s: using %s', peer, TASK_PROTOCOL_V2, TASK_PROTOCOL)
-        this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+        this.versions.setVersion(peer, 1)
       }
     }
     return await call(TASK_PROTOCOL)

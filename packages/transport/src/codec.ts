@@ -137,11 +137,21 @@ export class EncodedPayload {
 
 function payloadBytes (payload: unknown): Uint8Array {
   if (payload instanceof EncodedPayload) return payload.bytes
+  // bytes as they are: a byte string's head and the bytes (what DAG-CBOR gives, without its encoder)
+  if (payload instanceof Uint8Array) return byteString(payload)
   try {
     return dagCbor.encode(payload ?? null)
   } catch (err: any) {
     throw new MalformedFrameError(`Payload cannot be encoded as DAG-CBOR: ${err?.message ?? err}`, { cause: err })
   }
+}
+
+function byteString (bytes: Uint8Array): Uint8Array {
+  const h = head(2, bytes.byteLength)
+  const out = new Uint8Array(h.byteLength + bytes.byteLength)
+  out.set(h)
+  out.set(bytes, h.byteLength)
+  return out
 }
 
 /**

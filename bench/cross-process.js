@@ -92,7 +92,7 @@ export async function openCrossProcessPath (moduleUrl, name) {
       const before = await server.request({ cmd: 'cpu' })
       const result = await client.request(cmd, 10 * 60_000)
       const after = await server.request({ cmd: 'cpu' })
-      return { ...result, cpu: result.cpu + after.cpu - before.cpu }
+      return { ...result, cpu: result.cpu + after.cpu - before.cpu, clientCpu: result.cpu }
     },
     async close () {
       await client.child.stop()
@@ -107,7 +107,8 @@ export async function openCrossProcessPath (moduleUrl, name) {
  * concurrent callers for `throughputMs` split over `rounds`; in every round
  * the paths take turns, starting with the next one. Resolves with a Map of
  * path name to `{ median, p99 }` (ms), `throughput` (calls/s), `cpuPerCall`
- * (µs of both processes per call, concurrent phase) and
+ * (µs of both processes per call, concurrent phase), `cpuPerCallClient` (the
+ * client's share of it) and
  * `cpuPerCallSequential` (the same over the sequential calls).
  */
 export async function compareCrossProcess (paths, { profile, depth, progress }) {
@@ -131,14 +132,15 @@ export async function compareCrossProcess (paths, { profile, depth, progress }) 
   }
 
   progress(`throughput: ${depth} concurrent callers, ${throughputMs} ms per path in ${rounds} rounds`)
-  const con = new Map(paths.map(p => [p.name, { done: 0, elapsed: 0, cpu: 0 }]))
+  const con = new Map(paths.map(p => [p.name, { done: 0, elapsed: 0, cpu: 0, clientCpu: 0 }]))
   for (let r = 0; r < rounds; r++) {
     for (const p of rotate(paths, r)) {
-      const { done, elapsed, cpu } = await p.phase({ cmd: 'pipelined', depth, ms: throughputMs / rounds })
+      const { done, elapsed, cpu, clientCpu } = await p.phase({ cmd: 'pipelined', depth, ms: throughputMs / rounds })
       const t = con.get(p.name)
       t.done += done
       t.elapsed += elapsed
       t.cpu += cpu
+      t.clientCpu += clientCpu
     }
   }
 
@@ -152,6 +154,7 @@ export async function compareCrossProcess (paths, { profile, depth, progress }) 
       p99: percentile(sorted, 99),
       throughput: t.done / (t.elapsed / 1000),
       cpuPerCall: t.cpu / t.done,
+      cpuPerCallClient: t.clientCpu / t.done,
       cpuPerCallSequential: s.cpu / sorted.length
     })
   }

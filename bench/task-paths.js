@@ -203,14 +203,17 @@ export const paths = {
 }
 
 // IOA_BENCH_BEFORE=<dir>: a built checkout of another version of the stack;
-// `task-envelope-before` is the same path with that checkout's packages on
-// both ends (its own node, task service and wire), for before/after in one run
+// `task-envelope-before` and `task-before` (session mode) are the same paths
+// with that checkout's packages on both ends (its own node, task service and
+// wire), for before/after in one run
 const BEFORE = process.env.IOA_BENCH_BEFORE
 if (BEFORE != null && BEFORE !== '') {
   const load = (pkg) => import(pathToFileURL(join(BEFORE, 'packages', pkg, 'dist', 'src', 'index.js')).href)
-  paths['task-envelope-before'] = taskEnvelopePath(async () => ({
+  const loadBefore = async () => ({
     ...await load('node'),
     ...await load('interconnect'),
     ...await load('collab')
-  }))
+  })
+  paths['task-envelope-before'] = taskEnvelopePath(loadBefore)
+  paths['task-before'] = taskEnvelopePath(loadBefore, { auth: 'session' })
 }

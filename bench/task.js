@@ -28,7 +28,7 @@ import { row } from './measure.js'
 
 const PATHS_MODULE = new URL('./task-paths.js', import.meta.url).href
 /** Paths measured, in this order (`--path` picks some; `libp2p` is both libp2p variants) */
-const PATHS = ['task', 'task-envelope', 'task-v1', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
+const PATHS = ['task', 'task-envelope', 'task-v1', ...(process.env.IOA_BENCH_BEFORE ? ['task-envelope-before', 'task-before'] : []), 'libp2p-lp', 'libp2p-events', 'messaging', 'a2a', 'net']
 const LIBP2P_VARIANTS = ['libp2p-lp', 'libp2p-events']
 /** Concurrent callers of the throughput rows */
 const DEPTH = 16
@@ -48,6 +48,7 @@ const METRICS = {
   'rtt.p99': ['p99', 'ms', false],
   [`throughput.${DEPTH}`]: ['throughput', 'calls/s', true],
   'cpu.per-call': ['cpuPerCall', 'µs', false],
+  'cpu.per-call.client': ['cpuPerCallClient', 'µs', false],
   'cpu.per-call.sequential': ['cpuPerCallSequential', 'µs', false]
 }
 
@@ -66,7 +67,7 @@ const SESSION_TARGETS = {
   [`throughput.${DEPTH}`]: { libp2p: { min: 0.5 }, a2a: { min: 3 } },
   'cpu.per-call': { libp2p: { max: 3 } }
 }
-const TARGETS = { task: SESSION_TARGETS, 'task-envelope': ENVELOPE_TARGETS, 'task-envelope-before': ENVELOPE_TARGETS }
+const TARGETS = { task: SESSION_TARGETS, 'task-envelope': ENVELOPE_TARGETS, 'task-envelope-before': ENVELOPE_TARGETS, 'task-before': SESSION_TARGETS }
 
 /** The paths `--path` asks for (all by default) */
 function selectPaths (only) {
@@ -93,7 +94,7 @@ function toRows (m) {
     }
     byPath.set('libp2p', best)
   }
-  const order = ['task', 'task-envelope', 'task-v1', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task'))]
+  const order = ['task', 'task-before', 'task-envelope', 'task-v1', 'task-envelope-before', 'libp2p', ...PATHS.filter(p => !p.startsWith('task'))]
   const rows = []
   for (const path of order.filter(p => byPath.has(p))) {
     const values = byPath.get(path)

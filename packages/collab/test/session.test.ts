@@ -8,6 +8,7 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { createIdentity, identityFromPrivateKey } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
+import { EncodedPayload } from '@ioa/transport/internal'
 import { defaultLogger } from '@libp2p/logger'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -35,6 +36,11 @@ const SKEW = 1_000
 
 interface Sent { method: string, payload: any }
 
+/** A payload as it goes on the wire (a request encoded from its parts, decoded) */
+function onWire (payload: unknown): unknown {
+  return payload instanceof EncodedPayload ? dagCbor.decode(payload.bytes) : payload
+}
+
 /** The requester's messaging, recording every request it sends */
 function recording (m: TaskServiceComponents['messaging'], sent: Sent[]): TaskServiceComponents['messaging'] {
   return {
@@ -42,11 +48,11 @@ function recording (m: TaskServiceComponents['messaging'], sent: Sent[]): TaskSe
     handleStream: async (...a) => m.handleStream(...a),
     unhandle: async (...a) => m.unhandle(...a),
     request: async (peer, protocol, method, payload, options) => {
-      sent.push({ method, payload })
+      sent.push({ method, payload: onWire(payload) })
       return await m.request(peer, protocol, method, payload, options)
     },
     stream: (peer, protocol, method, payload, options) => {
-      sent.push({ method, payload })
+      sent.push({ method, payload: onWire(payload) })
       return m.stream(peer, protocol, method, payload, options)
     }
   } as TaskServiceComponents['messaging']
@@ -448,5 +454,28 @@ describe('session client (requester side)', () => {
     expect(calls.filter(c => c.startsWith('old'))).toEqual(['old challenge'])
     expect(client.stats()).toMatchObject({ unsupported: 1 })
     expect(() => new SessionClient({ bindingTtl: 86_400_001 }, async () => ({}), P, log)).toThrow(RangeError)
+  })
+
+  it('learns a peer of 1.0.0 only once for the version and for session mode, and looks again after 30 s', async () => {
+    const agent = await createIdentity()
+    const calls: string[] = []
+    const client = new SessionClient({}, async (peer, method) => {
+      calls.push(`${peer} ${method}`)
+      throw Object.assign(new Error('not served'), { code: 'PROTOCOL_NOT_SUPPORTED' })
+    }, P, log)
+    expect(await client.ensure('v1', agent)).toBe(false)
+    // the requester's choice of version reads the same memo: 1.0.0 at once, no 2.0.0 attempt first
+    expect(client.versions.version('v1')).toBe(1)
+    expect(await client.ensure('v1', agent)).toBe(false)
+    expect(calls).toEqual(['v1 challenge'])
+    // after the recheck both look again (it may have been upgraded): not ten minutes later
+    const later = Date.now() + 30_001
+    expect(client.versions.version('v1', later)).toBeUndefined()
+    expect(client.versions.sessionless('v1', later)).toBe(false)
+    // a 2.0.0 peer without session mode stays signed for unsupportedFor, its version still to be looked up
+    client.versions.setSessionless('old')
+    expect(client.versions.sessionless('old', later)).toBe(true)
+    expect(client.versions.version('old')).toBeUndefined()
+    expect(client.versions.sessionless('old', Date.now() + 600_001)).toBe(false)
   })
 })

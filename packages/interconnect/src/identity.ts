@@ -2,6 +2,7 @@
  * Agent identity: an Ed25519 key pair whose public key, rendered as a
  * `did:key`, is the agent id. One libp2p node may host many agents.
  */
+import { BoundedMap } from '@ioa/transport/internal'
 import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf, publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { Key } from 'interface-datastore'
 import { base58btc } from 'multiformats/bases/base58'
@@ -31,9 +32,27 @@ export function publicKeyToDid (key: PublicKey): Did {
 }
 
 /**
+ * How many parsed did:keys are kept (least recently used first out): a
+ * requester names the same few agents in every call, and each parse is a
+ * base58 decode and a key made (spec/interconnect.md, "Limits and defaults")
+ */
+const PARSED_DID_CACHE = 1_024
+
+/** Valid did:keys parsed before (a malformed one is parsed, and refused, each time) */
+const parsedDids = new BoundedMap<string, PublicKey>({ maxEntries: PARSED_DID_CACHE })
+
+/**
  * Parse a `did:key` back to the Ed25519 public key it names
  */
 export function didToPublicKey (did: string): PublicKey {
+  const known = typeof did === 'string' ? parsedDids.get(did) : undefined
+  if (known != null) return known
+  const key = parseDid(did)
+  parsedDids.set(did, key)
+  return key
+}
+
+function parseDid (did: string): PublicKey {
   if (typeof did !== 'string' || !did.startsWith(DID_KEY_PREFIX + 'z') || did.length > 128) {
     throw new InvalidDidError(`Not an Ed25519 did:key: ${String(did).slice(0, 80)}`)
   }

@@ -79,6 +79,14 @@ describe('did:key', () => {
     expect(didToPublicKey(did).raw).toEqual(raw)
     expect(publicKeyToDid(publicKeyFromRaw(raw))).toBe(did)
   })
+
+  it('parses a valid did:key once (the key is kept) and a malformed one every time', async () => {
+    const did = publicKeyToDid((await generateKeyPair('Ed25519')).publicKey)
+    expect(didToPublicKey(did)).toBe(didToPublicKey(did))
+    expect(isDid(did)).toBe(true)
+    const bad = didOf(new Uint8Array([...good.subarray(0, 33)]))
+    for (let i = 0; i < 2; i++) expect(errorOf(() => didToPublicKey(bad)).name).toBe('InvalidDidError')
+  })
 })
 
 describe('identities and signatures', () => {

@@ -99,7 +99,7 @@ const ALLOWED_KEYS: Record<number, ReadonlySet<string>> = {
 const utf8 = new TextEncoder()
 
 /** CBOR head: major type and argument, in the shortest form (RFC 8949 §3) */
-function head (major: number, n: number): Uint8Array {
+export function head (major: number, n: number): Uint8Array {
   const m = major << 5
   if (n < 24) return Uint8Array.of(m | n)
   if (n <= 0xff) return Uint8Array.of(m | 24, n)
@@ -121,12 +121,37 @@ const KEY: Record<string, Uint8Array> = Object.fromEntries(
   ['c', 'd', 'e', 'i', 'm', 'n', 'p', 't'].map(k => [k, Uint8Array.of(0x61, k.charCodeAt(0))])
 )
 
+/**
+ * A frame payload its sender has already encoded as DAG-CBOR (say, from
+ * parts it encoded once for a hash or a signature): the bytes go into the
+ * frame as they are, not encoded again. They must be one canonical DAG-CBOR
+ * value; the receiver decodes and checks them as any payload. Sent on the
+ * wire, the frame is the same as if the decoded value had been given.
+ */
+export class EncodedPayload {
+  readonly bytes: Uint8Array
+  constructor (bytes: Uint8Array) {
+    this.bytes = bytes
+  }
+}
+
 function payloadBytes (payload: unknown): Uint8Array {
+  if (payload instanceof EncodedPayload) return payload.bytes
+  // bytes as they are: a byte string's head and the bytes (what DAG-CBOR gives, without its encoder)
+  if (payload instanceof Uint8Array) return byteString(payload)
   try {
     return dagCbor.encode(payload ?? null)
   } catch (err: any) {
     throw new MalformedFrameError(`Payload cannot be encoded as DAG-CBOR: ${err?.message ?? err}`, { cause: err })
   }
+}
+
+function byteString (bytes: Uint8Array): Uint8Array {
+  const h = head(2, bytes.byteLength)
+  const out = new Uint8Array(h.byteLength + bytes.byteLength)
+  out.set(h)
+  out.set(bytes, h.byteLength)
+  return out
 }
 
 /**

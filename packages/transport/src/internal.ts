@@ -10,7 +10,12 @@
  * - {@link BoundedMap}: a map bounded in entries and total weight, least
  *   recently used first out, counting its evictions (the caches of the
  *   interconnect).
+ * - {@link EncodedPayload}: a messaging payload already encoded as
+ *   DAG-CBOR, framed as it is (a requester that encoded the parts of a
+ *   request once, for a hash or a signature, does not encode them again),
+ *   and {@link cborHead}, the CBOR head such requests are put together with.
  */
 export { TokenBuckets } from './rate-limit.js'
 export { BoundedMap } from './bounded-map.js'
 export type { BoundedMapInit } from './bounded-map.js'
+export { EncodedPayload, head as cborHead } from './codec.js'

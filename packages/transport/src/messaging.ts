@@ -12,7 +12,7 @@
 import { raceSignal } from 'race-signal'
 import { FrameType } from './codec.js'
 import {
-  CanceledError, DialFailedError, InvalidArgumentError, ProtocolNotSupportedError, MalformedFrameError, NotStartedError,
+  CanceledError, DialFailedError, InvalidArgumentError, ProtocolNotSupportedError, NotStartedError,
   StreamClosedError, TimeoutError
 } from './errors.js'
 import { InboundSession } from './messaging/inbound-session.js'
@@ -20,6 +20,7 @@ import { MESSAGING_DEFAULTS, MESSAGING_LOG_PREFIX, MAX_TIMEOUT, MAX_WINDOW } fro
 import { targetPeer, validateName } from './messaging/names.js'
 import { callGuard } from './messaging/call-guard.js'
 import { OutboundChannel } from './messaging/outbound-channel.js'
+import { StreamCall } from './messaging/stream-call.js'
 import { UnaryCall } from './messaging/unary-call.js'
 import { PeerBudgets } from './peer-budgets.js'
 import type {
@@ -302,24 +303,33 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     }
     const deadline = Date.now() + timeout
 
-    // warm path: an open stream with a free slot, no dial and no extra promise
-    const peer = targetPeer(target)
-    let channel = peer != null ? this.channels.get(`${peer}|${protocol}`) : undefined
-    if (channel?.isOpen !== true || !channel.tryAcquire()) {
-      const guard = this.guard({ timeout, signal: options.signal }, what)
-      try {
-        channel = await this.channel(target, protocol, guard)
-        await channel.acquire(guard.signal)
-      } catch (err: any) {
-        if (guard.signal.aborted) {
-          throw guard.error()
-        }
-        throw err
-      } finally {
-        guard.done()
-      }
-    }
+    const warm = this.warmSlot(target, protocol)
+    const channel = warm ?? await this.coldSlot(target, protocol, timeout, options.signal, what)
     return this.call<T>(channel, method, payload, deadline, timeout, options.signal, what)
+  }
+
+  /** The hot path: an open stream with a free slot (taken), no dial, no guard and no promise */
+  private warmSlot (target: MessageTarget, protocol: string): OutboundChannel | undefined {
+    const peer = targetPeer(target)
+    const channel = peer != null ? this.channels.get(`${peer}|${protocol}`) : undefined
+    return channel?.isOpen === true && channel.tryAcquire() ? channel : undefined
+  }
+
+  /** A channel with a slot taken for the caller, dialling and waiting for a slot under the call's timeout and signal */
+  private async coldSlot (target: MessageTarget, protocol: string, timeout: number, signal: AbortSignal | undefined, what: string): Promise<OutboundChannel> {
+    const guard = this.guard({ timeout, signal }, what)
+    try {
+      const channel = await this.channel(target, protocol, guard)
+      await channel.acquire(guard.signal)
+      return channel
+    } catch (err: any) {
+      if (guard.signal.aborted) {
+        throw guard.error()
+      }
+      throw err
+    } finally {
+      guard.done()
+    }
   }
 
   /**
@@ -363,96 +373,71 @@ class DefaultMessaging implements Messaging, Startable, ChannelOwner, SessionOwn
     validateName(protocol, method)
     const what = `Stream ${protocol} ${method}`
     const window = this.opts.streamWindow
-    const itemTimeout = options.timeout ?? this.opts.requestTimeout
+    // a stream is bounded per item, not in total: the connection and the first item share one timeout
+    const timeout = this.timeoutOf(options)
     const outer = options.signal
+    const canceled = (): boolean => outer?.aborted === true
+    if (canceled()) {
+      throw new CanceledError(`${what} canceled`, { cause: outer?.reason })
+    }
+    const deadline = Date.now() + timeout
 
-    // the connection and first item share one guard; it restarts for each
-    // next item, so a long stream is bounded per item, not in total
-    const guard = this.guard({ timeout: itemTimeout, signal: outer }, what)
-    let channel: OutboundChannel | undefined
+    const channel = this.warmSlot(target, protocol) ?? await this.coldSlot(target, protocol, timeout, outer, what)
+
+    // the channel's slot is held from here; the call is its own deadline entry and abort listener
+    let call: StreamCall | undefined
     let id = 0
     let finished = false
-    let acquired = false
-
-    const queue: unknown[] = []
-    /** items the server may still send under the credit granted so far */
-    let granted = window
-    let ended = false
-    let failure: Error | undefined
-    let wake: (() => void) | undefined
-
     try {
-      channel = await raceSignal(this.channel(target, protocol, guard), guard.signal)
-      await channel.acquire(guard.signal)
-      acquired = true
+      // the caller may have aborted while a dial that ignored its signal was finishing
+      if (canceled()) {
+        throw new CanceledError(`${what} canceled`, { cause: outer?.reason })
+      }
       id = channel.newId()
       this.requests?.increment({ sent: true })
-      const bytes = channel.framed.encode({
-        type: FrameType.STREAM_REQUEST,
-        id,
-        method,
-        payload,
-        timeout: guard.timeout,
-        credit: window
-      })
-      channel.register(id, {
-        onItem: (value) => {
-          if (granted <= 0) {
-            failure = new MalformedFrameError('Server sent more items than the granted credit')
-            channel?.cancel(id)
-          } else {
-            granted--
-            queue.push(value)
-          }
-          wake?.()
-        },
-        onEnd: () => { ended = true; wake?.() },
-        fail: (err) => { failure = err; wake?.() }
-      })
-      await channel.framed.write(bytes, guard.signal)
+      const bytes = channel.framed.encode({ type: FrameType.STREAM_REQUEST, id, method, payload, timeout, credit: window })
+      const current = call = new StreamCall(channel, id, timeout, window, deadline, outer, what)
+      channel.register(id, current)
+      channel.framed.send(bytes)?.catch((err: Error) => { current.fail(err) })
 
       let consumed = 0
       while (true) {
-        if (queue.length > 0) {
-          const item = queue.shift() as T
+        if (current.queue.length > 0) {
+          const item = current.queue.shift() as T
           consumed++
-          if (consumed >= Math.ceil(window / 2) && !ended) {
+          if (consumed >= Math.ceil(window / 2) && !current.ended) {
             channel.framed.sendFrameNow({ type: FrameType.CREDIT, id, credit: consumed })
-            granted += consumed
+            current.granted += consumed
             consumed = 0
           }
-          // the next item gets a full timeout again (one timer per stream, restarted)
-          guard.rearm()
+          // the next item gets a full timeout again (the channel's timer catches up when it fires)
+          current.deadline = Date.now() + timeout
           yield item
           continue
         }
-        if (failure != null) {
-          throw failure
+        if (current.failure != null) {
+          throw current.failure
         }
-        if (ended) {
+        if (current.ended) {
           finished = true
           return
         }
-        await raceSignal(new Promise<void>(resolve => { wake = resolve }), guard.signal)
-        wake = undefined
+        if (current.stopped != null) {
+          throw current.stopped
+        }
+        await new Promise<void>(resolve => { current.wake = resolve })
+        current.wake = undefined
       }
-    } catch (err: any) {
-      if (guard.signal.aborted) {
-        throw guard.error()
-      }
-      throw err
     } finally {
-      guard.done()
-      if (channel != null && id !== 0) {
-        if (!finished && failure == null) {
+      call?.close()
+      if (id !== 0) {
+        if (!finished && call?.failure == null) {
           channel.cancel(id)
         } else {
           channel.unregister(id)
         }
       }
-      if (channel != null && acquired) {
-        channel.release()
-      }
+      channel.release()
     }
   }
 }

@@ -12,6 +12,7 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import * as varint from 'uint8-varint'
 import { describe, expect, it } from 'vitest'
 import { encodeFrame, encodeFramePrefixed, FrameType } from '../src/index.js'
+import { EncodedPayload } from '../src/internal.js'
 import { fromHex, readSpecBlock, toHex } from '../../../test/util.js'
 import { revive } from './dag-json.js'
 import type { Frame } from '../src/index.js'
@@ -121,6 +122,14 @@ describe('envelope encoder = @ipld/dag-cbor', () => {
 
   it('random frames of every type encode to dag-cbor\'s bytes', () => {
     fc.assert(fc.property(frame, (f) => { expectSameBytes(f) }), { numRuns: 2_000 })
+  })
+
+  it('a payload given encoded (EncodedPayload) is framed as the value it encodes', () => {
+    fc.assert(fc.property(frame, (f) => {
+      if (!('payload' in f)) return
+      const encoded = { ...f, payload: new EncodedPayload(dagCbor.encode(f.payload ?? null)) } as Frame
+      expect(toHex(encodeFrame(encoded))).toBe(toHex(encodeFrame(f)))
+    }), { numRuns: 500 })
   })
 
   it('strings with lone surrogates in every text field', () => {

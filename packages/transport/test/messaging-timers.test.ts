@@ -75,6 +75,35 @@ describe('messaging timers over tcp', () => {
     expect(unary).toBeLessThan(100 + 100)
     expect(streamed).toBeLessThan(50)
   })
+
+  it('makes no timer per warm stream, and a stream still times out waiting for its next item', async () => {
+    const { server, client } = await pair()
+    const m = client.services.messaging
+    await collect(m.stream(server.peerId, PROTO, 'count', 1))
+    const original = globalThis.setTimeout
+    let counted = 0
+    const spy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((fn: (...a: unknown[]) => void, ms?: number, ...args: unknown[]) => {
+      // (the frames below this mock: its own file's name would match)
+      if (/src\/(messaging|framed-stream|write-coalescer|turn-end)/.test((new Error().stack ?? '').split('\n').slice(2).join('\n'))) counted++
+      return original(fn, ms, ...args)
+    }) as typeof setTimeout)
+    for (let i = 0; i < 100; i++) expect(await collect(m.stream(server.peerId, PROTO, 'count', 2))).toEqual([0, 1])
+    spy.mockRestore()
+    // before: one timer per stream (its guard's), 100 in all
+    expect(counted).toBeLessThan(20)
+    await server.services.messaging.handleStream(PROTO, 'stall', async function * () {
+      yield 'first'
+      await new Promise(() => {})
+    })
+    const seen: unknown[] = []
+    const err = await (async () => {
+      for await (const item of m.stream(server.peerId, PROTO, 'stall', null, { timeout: 300 })) seen.push(item)
+    })().catch((e: Error) => e)
+    expect(seen).toEqual(['first'])
+    expect(err).toMatchObject({ name: 'TimeoutError', code: 'TIMEOUT' })
+    // the server heard the CANCEL and stopped the handler
+    await until(() => server.services.messaging.stats().activeHandlers === 0, { timeout: 10_000 })
+  })
 })
 
 describe('Deadlines', () => {

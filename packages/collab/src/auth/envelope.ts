@@ -20,6 +20,7 @@ import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
 import { signWith } from './ed25519.js'
+import { asciiText, cborHead, concatParts } from '../cbor-parts.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
@@ -157,13 +158,24 @@ export function envelopeSigningBytes (payload: EnvelopePayload): Uint8Array {
  */
 const ENVELOPE_OVERHEAD = 1 + 4 + 2 + 64 + 8
 
+/** @internal An envelope made to be sent, with the DAG-CBOR encoding of its payload (the bytes signed, or vouched for by a session) */
+export interface EncodedEnvelope<E extends Envelope | UnsignedEnvelope> {
+  envelope: E
+  payloadBytes: Uint8Array
+}
+
 /**
  * Create and sign an envelope for a request body
  */
 export async function createEnvelope (sender: Identity, init: EnvelopeInit): Promise<Envelope> {
+  return (await createEncodedEnvelope(sender, init)).envelope
+}
+
+/** @internal `createEnvelope`, keeping the payload's encoding (a requester frames it as it is) */
+export async function createEncodedEnvelope (sender: Identity, init: EnvelopeInit): Promise<EncodedEnvelope<Envelope>> {
   const { payload, bytes } = await envelopePayload(sender.did, init)
   const sig = await signWith(sender, withPrefix(bytes))
-  return { payload, sig }
+  return { envelope: { payload, sig }, payloadBytes: bytes }
 }
 
 /**
@@ -172,12 +184,75 @@ export async function createEnvelope (sender: Identity, init: EnvelopeInit): Pro
  * holds a session binding
  */
 export async function createUnsignedEnvelope (sender: Did, init: EnvelopeInit): Promise<UnsignedEnvelope> {
-  return { payload: (await envelopePayload(sender, init)).payload }
+  return (await createEncodedUnsignedEnvelope(sender, init)).envelope
+}
+
+/** @internal `createUnsignedEnvelope`, keeping the payload's encoding */
+export async function createEncodedUnsignedEnvelope (sender: Did, init: EnvelopeInit): Promise<EncodedEnvelope<UnsignedEnvelope>> {
+  const { payload, bytes } = await envelopePayload(sender, init)
+  return { envelope: { payload }, payloadBytes: bytes }
+}
+
+/** A proof checked once: the caller's token object, what it held when checked, and the checked copy */
+interface CheckedProof {
+  payload: unknown
+  sig: unknown
+  checked: CheckedToken
+}
+
+/**
+ * Proofs checked before, by the token object the caller passed: a requester
+ * sends the same delegation with every task, and checking (and encoding) it
+ * again each time cost a tenth of the task. A token is signed: one whose
+ * `payload` or `sig` was replaced since is checked again; the fields inside
+ * are taken as they were (a changed token would not verify anyway).
+ */
+const checkedProofs = new WeakMap<object, CheckedProof>()
+
+function checkProof (value: unknown): CheckedToken {
+  if (value == null || typeof value !== 'object') return checkToken(value)
+  const known = checkedProofs.get(value)
+  const { payload, sig } = value as { payload?: unknown, sig?: unknown }
+  if (known != null && known.payload === payload && known.sig === sig) return known.checked
+  const checked = checkToken(value)
+  checkedProofs.set(value, { payload, sig, checked })
+  return checked
+}
+
+/** The payload's keys in DAG-CBOR order (shorter first, then bytewise), as CBOR text strings */
+const PAYLOAD_KEYS = ['v', 'to', 'exp', 'iat', 'body', 'from', 'task', 'nonce', 'skill', 'proofs'] as const
+const KEY_BYTES = new Map(PAYLOAD_KEYS.map(k => [k, asciiText(k) as Uint8Array]))
+
+/**
+ * The DAG-CBOR encoding of `payload`, written by hand: its fields are
+ * integers and (here always ASCII) strings, its proofs the checked tokens'
+ * encodings, so nothing is encoded twice and no generic encoder runs; a
+ * payload with a string of other characters is encoded the generic way
+ */
+function encodePayloadWith (payload: EnvelopePayload, proofs: CheckedToken[]): Uint8Array {
+  const parts: Uint8Array[] = [cborHead(5, PAYLOAD_KEYS.length)]
+  for (const k of PAYLOAD_KEYS) {
+    parts.push(KEY_BYTES.get(k) as Uint8Array)
+    if (k === 'proofs') {
+      parts.push(cborHead(4, proofs.length))
+      for (const p of proofs) parts.push(p.bytes)
+      continue
+    }
+    const value = payload[k]
+    const bytes = typeof value === 'number' ? cborHead(0, value) : asciiText(value)
+    if (bytes == null) return encodePayload(payload)
+    parts.push(bytes)
+  }
+  const out = concatParts(parts)
+  if (out.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  return out
 }
 
 /** An envelope payload from `from` and its DAG-CBOR encoding, checked as a receiver would */
 async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payload: EnvelopePayload, bytes: Uint8Array }> {
   const iat = init.issuedAt ?? Date.now()
+  const body = init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body)
+  const proofs = init.proofs.map(checkProof)
   const payload: EnvelopePayload = {
     v: 1,
     from,
@@ -187,13 +262,13 @@ async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payloa
     nonce: init.nonce ?? randomNonce(),
     iat,
     exp: init.expiresAt ?? iat + DEFAULT_ENVELOPE_TTL,
-    body: init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body),
-    proofs: init.proofs.map(t => checkToken(t).token)
+    body,
+    proofs: proofs.map(p => p.token)
   }
   // refuse to sign what a receiver would refuse to accept (the same checks as
   // parseEnvelope; the proofs were just checked, the payload is encoded once)
   checkPayloadFields(payload as unknown as Record<string, unknown>)
-  return { payload, bytes: encodePayload(payload) }
+  return { payload, bytes: encodePayloadWith(payload, proofs) }
 }
 
 function isTime (v: unknown): v is number {

@@ -7,6 +7,7 @@
  */
 import { BoundedMap } from '@ioa/transport/internal'
 import { DEFAULT_BINDING_TTL, SESSION_LIMITS, createBinding } from './session.js'
+import { PeerVersions } from '../tasks/peer-versions.js'
 import { EnvelopeRequiredError, SessionExpiredError, SessionRequiredError, fromRemote } from '../errors.js'
 import { numberOption, positiveInteger } from '../options.js'
 import { isMap } from '../shape.js'
@@ -27,7 +28,11 @@ export interface SessionClientInit {
   renewBefore?: number
   /** (executor peer, agent) bindings remembered, least recently made forgotten @default 4_096 */
   maxBindings?: number
-  /** How long an executor peer found not to serve session mode is sent signed envelopes only, in ms @default 600_000 */
+  /**
+   * How long an executor peer of 2.0.0 found not to serve session mode is
+   * sent signed envelopes only, in ms (a peer of 1.0.0 only is looked at
+   * again with the requester's version check, after 30 s) @default 600_000
+   */
   unsupportedFor?: number
 }
 
@@ -39,6 +44,9 @@ interface Bound {
 }
 
 const MAX_MEMO = 4_096
+
+/** How long a peer found to speak /ioa/task/1.0.0 only is taken to, before its protocols are looked at again (ms) */
+export const V1_RECHECK = 30_000
 
 /** Is `err` the executor's refusal of an unsigned request for want of a (live) binding? */
 export function isSessionRefusal (err: unknown): boolean {
@@ -60,12 +68,13 @@ export class SessionClient {
   private readonly log: Logger
   private readonly bound: BoundedMap<string, Bound>
   private readonly binding = new Map<string, Promise<boolean>>()
-  /** Executor peer → until when it is sent signed envelopes only */
-  private readonly unsupported = new BoundedMap<string, number>({ maxEntries: MAX_MEMO })
+  /** What each executor peer speaks (shared with the requester's choice of version) */
+  readonly versions: PeerVersions
   /** (peer, agent, skill) refused with ENVELOPE_REQUIRED: sent signed from then on */
   private readonly envelopeSkills = new BoundedMap<string, true>({ maxEntries: MAX_MEMO })
 
-  constructor (init: SessionClientInit, call: SessionCall, selfPeer: string, log: Logger) {
+  /** `versions` makes the memo of peer versions the requester shares (given `unsupportedFor`; by default one of 4,096 peers) */
+  constructor (init: SessionClientInit, call: SessionCall, selfPeer: string, log: Logger, versions?: (sessionlessFor: number) => PeerVersions) {
     this.ttl = numberOption('sessionClient.bindingTtl', init.bindingTtl ?? DEFAULT_BINDING_TTL, { max: SESSION_LIMITS.maxTtl, integer: true })
     this.renewBefore = numberOption('sessionClient.renewBefore', init.renewBefore ?? Math.floor(this.ttl / 5), { min: 0, max: this.ttl - 1 })
     this.unsupportedFor = numberOption('sessionClient.unsupportedFor', init.unsupportedFor ?? 600_000, { min: 0 })
@@ -73,6 +82,7 @@ export class SessionClient {
     this.call = call
     this.selfPeer = selfPeer
     this.log = log
+    this.versions = versions?.(this.unsupportedFor) ?? new PeerVersions({ maxPeers: MAX_MEMO, v1Recheck: V1_RECHECK, sessionlessFor: this.unsupportedFor })
   }
 
   /** Should a request for `skill` of `to` at `peer` go signed (it was refused unsigned before)? */
@@ -97,11 +107,7 @@ export class SessionClient {
    * one binding exchange.
    */
   async ensure (peer: string, agent: Identity, signal?: AbortSignal): Promise<boolean> {
-    const until = this.unsupported.get(peer)
-    if (until != null) {
-      if (until > Date.now()) return false
-      this.unsupported.delete(peer)
-    }
+    if (this.versions.sessionless(peer)) return false
     const key = `${peer}\n${agent.did}`
     const known = this.bound.get(key)
     if (known != null && known.exp - this.renewBefore > Date.now()) return true
@@ -131,8 +137,9 @@ export class SessionClient {
       if (signal?.aborted === true) throw err
       const code: unknown = err?.code
       if (code === 'UNKNOWN_METHOD' || code === 'PROTOCOL_NOT_SUPPORTED') {
-        // an executor without session mode (or only /ioa/task/1.0.0 without it): sign
-        this.unsupported.set(peer, Date.now() + this.unsupportedFor)
+        // an executor of 2.0.0 without session mode, or of 1.0.0 only (without it): sign
+        if (code === 'UNKNOWN_METHOD') this.versions.setSessionless(peer)
+        else this.versions.setVersion(peer, 1)
         this.log('%s does not serve session mode (%s): requests to it are signed', peer, code)
       } else {
         this.log('could not bind agent %s at %s, this request is signed: %s %s', agent.did, peer, code ?? 'ERROR', err?.message ?? err)
@@ -143,26 +150,6 @@ export class SessionClient {
 
   /** Bindings, peers without session mode, and skills known to require envelope mode */
   stats (): { bindings: number, unsupported: number, envelopeSkills: number } {
-    return { bindings: this.bound.size, unsupported: this.unsupported.size, envelopeSkills: this.envelopeSkills.size }
-  }
-}
-
-/**
- * `source`, and when it fails before its first item, the stream `fallback`
- * makes for that error (undefined: the error stands); used to send a refused
- * session-mode request again, once
- */
-export async function * withFallback<T> (source: AsyncGenerator<T>, fallback: (err: unknown) => Promise<AsyncGenerator<T> | undefined>): AsyncGenerator<T> {
-  let started = false
-  try {
-    for await (const item of source) {
-      started = true
-      yield item
-    }
-  } catch (err) {
-    if (started) throw err
-    const next = await fallback(err)
-    if (next == null) throw err
-    yield * next
+    return { bindings: this.bound.size, unsupported: this.versions.sessionlessCount(), envelopeSkills: this.envelopeSkills.size }
   }
 }

@@ -10,6 +10,7 @@ import { finishedOutcome, unansweredOutcome } from './feedback.js'
 import { isTerminal } from './model.js'
 import { MAX_LEASE, MIN_LEASE, eventState, eventTaskId, parseEvent } from './wire.js'
 import type { TaskEvent } from './api.js'
+import type { EventSource } from './event-source.js'
 import type { TaskState } from './model.js'
 import type { Did, Outcome } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
@@ -38,7 +39,7 @@ export interface LeaseWatchHost {
   readonly log: Logger
   /** Peers to try for an agent: 'local' when it is served here */
   peersOf(to: Did, taskId: string | undefined, signal?: AbortSignal, fresh?: boolean): Promise<string[]>
-  openStream(peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown>
+  openStream(peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): EventSource
   remember(to: Did, taskId: string, peer: string): void
   observe(to: Did, taskId: string, outcome: Outcome | undefined): void
 }
@@ -50,7 +51,7 @@ export interface LeaseWatchHost {
  * waiting for it would hold the caller. A stream that does not end within
  * `bound` ms is aborted; what comes after the terminal state is not news.
  */
-function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: string, controller: AbortController, bound: number): void {
+function drain (host: LeaseWatchHost, source: EventSource, taskId: string, controller: AbortController, bound: number): void {
   const timer = setTimeout(() => { controller.abort(new StreamClosedError(`No END within ${bound} ms of the final state`)) }, bound)
   void (async () => {
     while ((await source.next()).done !== true) {
@@ -67,7 +68,7 @@ function drain (host: LeaseWatchHost, source: AsyncGenerator<unknown>, taskId: s
  * is resubscribed until 3 lease intervals pass without any event, then a
  * `lapsed` event ends the iteration.
  */
-export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<AsyncGenerator<unknown>>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
+export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
   let taskId = initialId
   let lease = host.lease
   let received = false
@@ -99,7 +100,7 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
       const wait = received ? Math.max(1, waitingSince + 3 * lease - Date.now()) : Math.max(3 * lease, host.requestTimeout)
       timer = setTimeout(() => { lapsed = true; controller.abort(new LeaseLapsedError('No event within the lease', { taskId })) }, wait)
     }
-    let source: AsyncGenerator<unknown> | undefined
+    let source: EventSource | undefined
     let failure: unknown
     try {
       arm()

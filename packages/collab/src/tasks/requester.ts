@@ -6,10 +6,11 @@
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { StreamClosedError, isRepeatable } from '@ioa/transport'
-import { BoundedMap } from '@ioa/transport/internal'
+import { BoundedMap, EncodedPayload } from '@ioa/transport/internal'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEnvelope, createUnsignedEnvelope } from '../auth/envelope.js'
-import { SessionClient, isEnvelopeRefusal, isSessionRefusal, withFallback } from '../auth/session-client.js'
+import { DEFAULT_ENVELOPE_TTL, ENVELOPE_LIMITS, TASK_ID_PATTERN, createEncodedEnvelope, createEncodedUnsignedEnvelope } from '../auth/envelope.js'
+import { SessionClient, V1_RECHECK, isEnvelopeRefusal, isSessionRefusal } from '../auth/session-client.js'
+import { PeerVersions } from './peer-versions.js'
 import {
   CollabError, DeadlineExceededError, InvalidEnvelopeError, UnauthorizedError, fromRemote
 } from '../errors.js'
@@ -18,23 +19,22 @@ import { LeaseLapsedError, watchLease } from './lease-watch.js'
 import { SharedStream } from './shared-stream.js'
 import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js'
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
-import { decodeV2Stream } from './delta-stream.js'
+import { FallbackEvents, RemoteEvents } from './event-source.js'
+import { submitBytes } from './submit-bytes.js'
 import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
 import type { IoaTracer } from '../tracing.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
+import type { EventSource } from './event-source.js'
 import type { TraceContext } from './wire-v2.js'
 import type { Approval } from '../auth/policy.js'
 import type { AuthMode } from '../auth/session-client.js'
-import type { EnvelopeInit } from '../auth/envelope.js'
+import type { EncodedEnvelope, Envelope, EnvelopeInit, UnsignedEnvelope } from '../auth/envelope.js'
 import type { TaskLimits, TaskSnapshot } from './model.js'
 import type { Did, Identity, Outcome } from '@ioa/interconnect'
 import type { Logger, PeerId } from '@libp2p/interface'
-
-/** How long a peer found to speak 1.0.0 only is spoken to without looking again (it may be upgraded) */
-const V1_RECHECK = 30_000
 
 /** Tasks whose executor peer the requester remembers (default of `maxRoutes`) */
 const MAX_ROUTES = 4_096
@@ -61,8 +61,8 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly routes: BoundedMap<string, string>
   /** Peer ids by their string, parsed once (a fresh one would be decoded and encoded again per request) */
   private readonly peerIds: BoundedMap<string, PeerId>
-  /** The task protocol version each peer is spoken to with (from identify, or learned from a refusal of 2.0.0) */
-  private readonly versions: BoundedMap<string, { version: 1 | 2, until: number }>
+  /** The task protocol version each peer is spoken to with, and whether it serves session mode (shared with `sessions`) */
+  private readonly versions: PeerVersions
   /** Submits in flight by (sender, agent, idempotency key) */
   private readonly joins = new Map<string, SharedStream<TaskEvent>>()
   /** How requests are authenticated unless `submit` says otherwise (spec 2.6) */
@@ -82,12 +82,16 @@ export class TaskRequester implements LeaseWatchHost {
     this.routes = new BoundedMap({ maxEntries: maxRoutes })
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
-    this.versions = new BoundedMap({ maxEntries: maxRoutes })
     this.auth = init.auth ?? 'session'
     if (this.auth !== 'session' && this.auth !== 'envelope') throw new RangeError('auth must be session or envelope')
     this.sessions = new SessionClient(init.sessionClient ?? {}, async (peer, method, payload, signal) => {
       return await this.components.messaging.request(this.peerId(peer), TASK_PROTOCOL_V2, method, payload, { signal, timeout: this.requestTimeout })
-    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'))
+    }, components.peerId.toString(), components.logger.forComponent('ioa:collab:session'), (sessionlessFor) => new PeerVersions({
+      // as many peers as routes at most
+      maxPeers: maxRoutes, v1Recheck: V1_RECHECK, sessionlessFor
+    }))
+    // one memo of what each peer speaks, for the version chosen here and for session mode
+    this.versions = this.sessions.versions
   }
 
   /**
@@ -97,8 +101,8 @@ export class TaskRequester implements LeaseWatchHost {
    * looked at again after `V1_RECHECK` ms
    */
   private async versionOf (peer: string): Promise<1 | 2> {
-    const known = this.versions.peek(peer)
-    if (known != null && known.until > Date.now()) return known.version
+    const known = this.versions.version(peer)
+    if (known != null) return known
     let protocols: readonly string[] | undefined
     try {
       protocols = await this.components.protocolsOf?.(this.peerId(peer))
@@ -107,13 +111,13 @@ export class TaskRequester implements LeaseWatchHost {
       this.log.trace('no protocols of %s known: %e', peer, err)
     }
     if (protocols?.includes(TASK_PROTOCOL_V2) === true) {
-      this.versions.set(peer, { version: 2, until: Infinity })
+      this.versions.setVersion(peer, 2)
       return 2
     }
     // a peer that announced 1.0.0 only (looked up again after a while: it
     // may have announced before it served 2.0.0); anything else: try 2.0.0
     if (protocols?.includes(TASK_PROTOCOL) !== true) return 2
-    this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+    this.versions.setVersion(peer, 1)
     return 1
   }
 
@@ -125,7 +129,7 @@ export class TaskRequester implements LeaseWatchHost {
       } catch (err: any) {
         if (err?.code !== 'PROTOCOL_NOT_SUPPORTED') throw err
         this.log('%s does not serve %s: using %s', peer, TASK_PROTOCOL_V2, TASK_PROTOCOL)
-        this.versions.set(peer, { version: 1, until: Date.now() + V1_RECHECK })
+        this.versions.setVersion(peer, 1)
       }
     }
     return await call(TASK_PROTOCOL)
@@ -170,7 +174,7 @@ export class TaskRequester implements LeaseWatchHost {
     return id
   }
 
-  openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
+  openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): EventSource {
     if (peer === 'local') {
       const source = method === 'submit'
         ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
@@ -182,30 +186,23 @@ export class TaskRequester implements LeaseWatchHost {
     return this.remoteStream(peer, method, payload, signal)
   }
 
-  /** A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full snapshots) or 1.0.0 */
-  private async * remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): AsyncGenerator<unknown> {
-    const opened = await this.onVersion(peer, async (protocol) => {
-      const s = this.components.messaging.stream(this.peerId(peer), protocol, method, protocol === TASK_PROTOCOL ? withoutTrace(payload) : payload, {
+  /**
+   * A task stream of a remote executor, on 2.0.0 (deltas rebuilt into full
+   * snapshots) or 1.0.0, opened when first read; `encoded`, when given, makes
+   * the 2.0.0 request's bytes (the same value as `payload`, from parts
+   * encoded once)
+   */
+  private remoteStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal, encoded?: () => EncodedPayload): EventSource {
+    return new RemoteEvents(async () => await this.onVersion(peer, async (protocol) => {
+      const wire = protocol === TASK_PROTOCOL ? withoutTrace(payload) : encoded?.() ?? payload
+      const stream = this.components.messaging.stream(this.peerId(peer), protocol, method, wire, {
         signal,
         // our own lease watchdog decides; this only bounds a silent stream
         timeout: Math.max(30_000, 6 * MAX_LEASE)
       })
       // the first event tells whether the peer serves the protocol
-      return { s, first: await s.next(), v2: protocol === TASK_PROTOCOL_V2 }
-    })
-    if (opened.v2) {
-      yield * decodeV2Stream(opened.s, opened.first, method === 'submit')
-      return
-    }
-    try {
-      let next = opened.first
-      while (next.done !== true) {
-        yield next.value
-        next = await opened.s.next()
-      }
-    } finally {
-      await opened.s.return(undefined)
-    }
+      return { stream, first: await stream.next(), v2: protocol === TASK_PROTOCOL_V2 }
+    }), method === 'submit')
   }
 
   private async request<T> (peer: string, method: 'get' | 'cancel' | 'approve', payload: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
@@ -310,10 +307,11 @@ export class TaskRequester implements LeaseWatchHost {
     }
   }
 
-  private async * submitTraced (identity: Identity, to: Did, taskId: string, request: TaskRequest, options: SubmitOptions, body: Record<string, unknown>, bodyBytes: Uint8Array | undefined, deadline: number | undefined, ttl: number, trace: TraceContext | undefined): AsyncGenerator<TaskEvent, void, undefined> {
+  /** The events of a submit (a plain function, not a generator of its own: `submit` reads the lease watch directly) */
+  private submitTraced (identity: Identity, to: Did, taskId: string, request: TaskRequest, options: SubmitOptions, body: Record<string, unknown>, bodyBytes: Uint8Array | undefined, deadline: number | undefined, ttl: number, trace: TraceContext | undefined): AsyncGenerator<TaskEvent, void, undefined> {
 
     const auth = options.auth ?? this.auth
-    const open = async (peer: string, signal: AbortSignal): Promise<AsyncGenerator<unknown>> => {
+    const open = async (peer: string, signal: AbortSignal): Promise<EventSource> => {
       const iat = Date.now()
       const exp = deadline != null && deadline > iat ? Math.min(iat + ttl, deadline) : iat + ttl
       const init: EnvelopeInit = {
@@ -322,8 +320,7 @@ export class TaskRequester implements LeaseWatchHost {
       return await this.openSubmit(peer, identity, init, body, auth, signal, trace)
     }
     if (request.idempotencyKey == null) {
-      yield * this.watch(to, taskId, open, options.signal)
-      return
+      return this.watch(to, taskId, open, options.signal)
     }
     // concurrent submits with one key follow one stream (checked and set before any await)
     const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
@@ -337,7 +334,7 @@ export class TaskRequester implements LeaseWatchHost {
       this.joins.set(key, created)
       shared = created
     }
-    yield * shared.join(options.signal)
+    return shared.join(options.signal)
   }
 
   /**
@@ -348,15 +345,25 @@ export class TaskRequester implements LeaseWatchHost {
    * `ENVELOPE_REQUIRED` is sent again signed (and that skill of that agent
    * is sent signed from then on).
    */
-  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<AsyncGenerator<unknown>> {
-    const request = (envelope: unknown): Record<string, unknown> => trace != null ? { envelope, body, trace } : { envelope, body }
-    const signed = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createEnvelope(identity, init)), signal)
+  private async openSubmit (peer: string, identity: Identity, init: EnvelopeInit, body: Record<string, unknown>, auth: AuthMode, signal: AbortSignal, trace?: TraceContext): Promise<EventSource> {
     const local = peer === 'local'
+    const send = (made: EncodedEnvelope<Envelope | UnsignedEnvelope>): EventSource => {
+      const envelope = made.envelope
+      const request = trace != null ? { envelope, body, trace } : { envelope, body }
+      if (local) return this.openStream(peer, 'submit', request, signal)
+      const bodyBytes = init.bodyBytes
+      // encoded once: the body's bytes (hashed for its CID) and the payload's (signed) go into the frame as they are
+      const encoded = bodyBytes != null
+        ? () => new EncodedPayload(submitBytes({ body: bodyBytes, payload: made.payloadBytes, sig: envelope.sig, trace }))
+        : undefined
+      return this.remoteStream(peer, 'submit', request, signal, encoded)
+    }
+    const signed = async (): Promise<EventSource> => send(await createEncodedEnvelope(identity, init))
     if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
     // session mode is a part of 2.0.0 (spec 2.6): a peer of 1.0.0 only gets signed envelopes
     if (!local && (await this.versionOf(peer) === 1 || !await this.sessions.ensure(peer, identity, signal))) return await signed()
-    const unsigned = async (): Promise<AsyncGenerator<unknown>> => this.openStream(peer, 'submit', request(await createUnsignedEnvelope(identity.did, init)), signal)
-    return withFallback(await unsigned(), async (err) => {
+    const unsigned = async (): Promise<EventSource> => send(await createEncodedUnsignedEnvelope(identity.did, init))
+    return new FallbackEvents(await unsigned(), async (err) => {
       if (isEnvelopeRefusal(err)) {
         this.log('%s requires envelope mode for %s: sending task %s signed', init.to, init.skill, init.task)
         this.sessions.requireEnvelope(peer, init.to, init.skill)
@@ -367,7 +374,7 @@ export class TaskRequester implements LeaseWatchHost {
         this.sessions.forget(peer, identity.did)
         if (!await this.sessions.ensure(peer, identity, signal)) return await signed()
         // refused again (the request went on another connection than the binding): signed
-        return withFallback(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
+        return new FallbackEvents(await unsigned(), async (again) => isSessionRefusal(again) || isEnvelopeRefusal(again) ? await signed() : undefined)
       }
       return undefined
     })
@@ -385,7 +392,7 @@ export class TaskRequester implements LeaseWatchHost {
    * is resubscribed until 3 lease intervals pass without any event, then a
    * `lapsed` event ends the iteration.
    */
-  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<AsyncGenerator<unknown>>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
+  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
     return watchLease(this, to, initialId, submit, outer)
   }
 

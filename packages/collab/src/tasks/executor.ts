@@ -15,7 +15,7 @@ import { MemoryDatastore } from 'datastore-core'
 import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
 import { verificationCacheOf } from '../auth/verification-cache.js'
 import {
-  ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
+  ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyDigestOfBytes, verifyCheckedEnvelope
 } from '../auth/envelope.js'
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
 import { SessionRegistry, onBind, onChallenge } from '../auth/session-registry.js'
@@ -427,7 +427,7 @@ export class TaskExecutor {
     const version = via?.version === 2 || local ? 2 : 1
     const unsigned = version === 2 && (this.sessions.enabled || local)
     const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } =
-      version === 2 ? checkSubmitV2(payload, { unsigned }) : checkSubmit(payload)
+      version === 2 ? checkSubmitV2(payload, { unsigned, verificationCache: this.verification }) : checkSubmit(payload, { verificationCache: this.verification })
     if (ignored === true) this.log('ignored the trace of task %s from %s: not a W3C traceparent', checked.envelope.payload.task, peer)
     const envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
@@ -442,7 +442,7 @@ export class TaskExecutor {
       ? (from: Did) => { if (!this.components.interconnect.agents().some(a => a.did === from)) throw new SessionRequiredError(`${from} is not hosted on this node`) }
       : (from: Did) => { this.sessions.check(via?.connection, from) }
 
-    const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
+    const bodyOf = async (): Promise<string | Uint8Array> => bodyBytes != null ? await bodyDigestOfBytes(bodyBytes) : await cidOfBody(body)
     const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
       self: p.to,
       replayCache: this.replay,

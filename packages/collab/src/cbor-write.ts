@@ -80,70 +80,74 @@ export function isUint (n: unknown): n is number {
 }
 
 /**
- * Pieces of one encoding, joined once at the end: heads, text and integers
- * written into a scratch buffer, and byte strings already encoded kept as
- * they are
+ * One encoding written front to back into a growing buffer: heads, text,
+ * integers, and byte strings already encoded copied in as they are
  */
-export class CborParts {
-  private readonly parts: Uint8Array[] = []
-  private scratch = new Uint8Array(256)
-  private used = 0
-  private length = 0
+export class CborWriter {
+  private buf: Uint8Array
+  private at = 0
 
-  private room (n: number): void {
-    if (this.used + n <= this.scratch.length) return
-    this.flush()
-    if (n > this.scratch.length) this.scratch = new Uint8Array(n)
+  constructor (size = 1024) {
+    this.buf = new Uint8Array(size)
   }
 
-  private flush (): void {
-    if (this.used === 0) return
-    this.parts.push(this.scratch.subarray(0, this.used))
-    this.scratch = new Uint8Array(this.scratch.length)
-    this.used = 0
+  private room (n: number): void {
+    if (this.at + n <= this.buf.length) return
+    const next = new Uint8Array(Math.max(this.buf.length * 2, this.at + n))
+    next.set(this.buf.subarray(0, this.at))
+    this.buf = next
+  }
+
+  get capacity (): number {
+    return this.buf.length
+  }
+
+  reset (): this {
+    this.at = 0
+    return this
   }
 
   head (major: number, n: number): this {
     this.room(9)
-    const at = writeHead(this.scratch, this.used, major, n)
-    this.length += at - this.used
-    this.used = at
+    this.at = writeHead(this.buf, this.at, major, n)
     return this
   }
 
   text (s: string): this {
     const t = textOf(s)
-    const n = textLength(t)
-    this.room(n)
-    writeText(this.scratch, this.used, t)
-    this.used += n
-    this.length += n
+    this.room(textLength(t))
+    this.at = writeText(this.buf, this.at, t)
     return this
   }
 
-  /** Bytes that are already a DAG-CBOR data item (or several) */
+  /** Bytes that are already DAG-CBOR data items */
   raw (bytes: Uint8Array): this {
-    if (bytes.length <= 64) {
-      this.room(bytes.length)
-      this.scratch.set(bytes, this.used)
-      this.used += bytes.length
-    } else {
-      this.flush()
-      this.parts.push(bytes)
-    }
-    this.length += bytes.length
+    this.room(bytes.length)
+    this.buf.set(bytes, this.at)
+    this.at += bytes.length
     return this
   }
 
+  /** A copy of what was written */
   bytes (): Uint8Array {
-    this.flush()
-    if (this.parts.length === 1) return this.parts[0]
-    const out = new Uint8Array(this.length)
-    let at = 0
-    for (const p of this.parts) {
-      out.set(p, at)
-      at += p.length
-    }
-    return out
+    return this.buf.slice(0, this.at)
+  }
+}
+
+/** The writer `encodeWith` lends (undefined while lent: a nested call gets one of its own) */
+let spare: CborWriter | undefined = new CborWriter(4096)
+
+/** Largest buffer kept for the next encoding; a larger one made for a big value is dropped after it */
+const MAX_SPARE = 1_048_576
+
+/** The bytes `write` writes (synchronously) into a writer lent for the call */
+export function encodeWith (write: (w: CborWriter) => void): Uint8Array {
+  const w = spare ?? new CborWriter()
+  spare = undefined
+  try {
+    write(w.reset())
+    return w.bytes()
+  } finally {
+    if (w.capacity <= MAX_SPARE) spare = w
   }
 }

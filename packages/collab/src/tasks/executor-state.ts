@@ -35,6 +35,13 @@ export interface Served {
   requireEnvelope?: boolean
 }
 
+/**
+ * The signal of a stream, or what makes it when it is first needed (the
+ * transport makes a request's signal on first use: a stream answered at once
+ * never needs one)
+ */
+export type SignalSource = AbortSignal | (() => AbortSignal)
+
 export class Subscriber {
   private readonly queue: TaskEvent[] = []
   private wake?: () => void
@@ -50,8 +57,9 @@ export class Subscriber {
   }
 
   /** The next event, or undefined after `timeout` ms without one */
-  async next (timeout: number, signal: AbortSignal): Promise<TaskEvent | undefined> {
+  async next (timeout: number, source: SignalSource): Promise<TaskEvent | undefined> {
     if (this.queue.length > 0) return this.queue.shift()
+    const signal = typeof source === 'function' ? source() : source
     signal.throwIfAborted()
     await new Promise<void>((resolve, reject) => {
       const done = (): void => {

@@ -39,7 +39,7 @@ import { ROOT_CONTEXT } from '@opentelemetry/api'
 import type { Tracer } from '@opentelemetry/api'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
-import type { Live, Served } from './executor-state.js'
+import type { Live, Served, SignalSource } from './executor-state.js'
 import type { CheckedEnvelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
@@ -215,13 +215,13 @@ export class TaskExecutor {
       this.retention.load(finished)
       this.retention.start()
       const m = this.components.messaging
-      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), () => ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'approve', async (payload) => this.onApprove(payload))
       // version 2 (spec 14): the same methods, with hold-back, deltas, trace and canonical requests
-      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), { version: 2, canonical: ctx.canonical, connection: ctx.connection.id }))
+      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), () => ctx.signal, addressKey(ctx.connection.remoteAddr), { version: 2, canonical: ctx.canonical, connection: ctx.connection.id }))
       await m.handleStream(TASK_PROTOCOL_V2, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal, ctx))
       await m.handle(TASK_PROTOCOL_V2, 'get', async (payload, ctx) => { assertCanonical(ctx); return await this.onGet(payload, ctx.peer.toString()) })
       await m.handle(TASK_PROTOCOL_V2, 'cancel', async (payload, ctx) => { assertCanonical(ctx); return await this.onCancel(payload, ctx.peer.toString()) })
@@ -668,7 +668,7 @@ export class TaskExecutor {
    * for the task to end (or to need an approval): the events meanwhile fold
    * into the newest snapshot, which is sent alone (spec 14.1)
    */
-  private async * follow (task: Live | TaskRecord, signal: AbortSignal, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
+  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
       yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
@@ -724,7 +724,7 @@ export class TaskExecutor {
    * requester (a `trace` and an unsigned envelope are accepted; the stream
    * sends every event in full)
    */
-  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, via?: SubmitVia): AsyncGenerator<unknown> {
+  async * onSubmit (payload: unknown, peer: string, signal: SignalSource, address?: string, via?: SubmitVia): AsyncGenerator<unknown> {
     const sub = new Subscriber()
     let task: Live | TaskRecord
     try {

@@ -85,7 +85,6 @@ export interface Live {
    */
   controller?: AbortController
   subscribers: Set<Subscriber>
-  deadlineTimer?: ReturnType<typeof setTimeout>
   approvalTimer?: ReturnType<typeof setTimeout>
   /** what the handler needs, kept from acceptance until it starts (auth-required) */
   pending?: { input: unknown, chain: VerifiedChain, capability: Capability, proofs: Token[], served: Served, budget?: number }

@@ -28,6 +28,7 @@ import { HandlerContext, Subscriber, messageCounts, taskKey } from './executor-s
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
+import { Deadlines } from './deadlines.js'
 import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
 import type { SubtaskCaller } from './subtask-call.js'
@@ -117,6 +118,10 @@ export class TaskExecutor {
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
   private readonly locks = new Map<string, Promise<unknown>>()
+  /** The deadlines of the running tasks, on one timer */
+  private readonly deadlines = new Deadlines<Live>(live => {
+    this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${live.record.snapshot.deadline ?? '?'} exceeded` } })
+  })
   private starting?: Promise<void>
   private started = false
 
@@ -300,13 +305,26 @@ export class TaskExecutor {
     }
   }
 
+  /** The next turn of the store's writes: one timer for the tasks that change in one turn */
+  private saveTurn?: Promise<void>
+
+  private nextSaveTurn (): Promise<void> {
+    this.saveTurn ??= new Promise<void>(resolve => {
+      setTimeout(() => {
+        this.saveTurn = undefined
+        resolve()
+      }, 0)
+    })
+    return this.saveTurn
+  }
+
   private save (live: Live): void {
     if (live.saveQueued) return
     live.saveQueued = true
     live.writing = live.writing.then(async () => {
       // after the answer went out, and once for the changes of one turn (a
       // fast task's working and completed are one write of the final record)
-      await new Promise(resolve => setTimeout(resolve, 0))
+      await this.nextSaveTurn()
       live.saveQueued = false
       await this.store.put(live.record)
     }).catch((err: unknown) => {
@@ -379,7 +397,7 @@ export class TaskExecutor {
   /** Move a task to a terminal state once; later calls do nothing */
   private finish (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
     if (isTerminal(live.record.snapshot.state)) return
-    clearTimeout(live.deadlineTimer)
+    this.deadlines.delete(live)
     clearTimeout(live.approvalTimer)
     clearTimeout(live.abandonTimer)
     live.release()
@@ -563,11 +581,9 @@ export class TaskExecutor {
     }
     // (a task canceled meanwhile needs no deadline)
     if (isTerminal(live.record.snapshot.state)) return live
-    const deadline = live.record.snapshot.deadline ?? Infinity
-    live.deadlineTimer = setTimeout(() => {
-      this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
-    }, Math.min(Math.max(0, deadline - Date.now()), 2_147_483_647))
-    live.deadlineTimer.unref?.()
+    // (one timer for all the running tasks' deadlines)
+    const deadline = live.record.snapshot.deadline
+    if (deadline != null) this.deadlines.add(live, deadline)
 
     // a new task: policy, then run or wait for approval
     const decision = await evaluatePolicy(allOf(...[this.policy, served.policy].filter((x): x is Policy => x != null)), {

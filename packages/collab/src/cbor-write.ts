@@ -122,9 +122,15 @@ export class CborWriter {
 
   /** Bytes that are already DAG-CBOR data items */
   raw (bytes: Uint8Array): this {
-    this.room(bytes.length)
-    this.buf.set(bytes, this.at)
-    this.at += bytes.length
+    const n = bytes.length
+    this.room(n)
+    if (n <= 16) {
+      // (a short copy is cheaper by hand than through set)
+      for (let i = 0; i < n; i++) this.buf[this.at + i] = bytes[i]
+    } else {
+      this.buf.set(bytes, this.at)
+    }
+    this.at += n
     return this
   }
 

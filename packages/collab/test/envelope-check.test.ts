@@ -10,7 +10,7 @@ import { base58btc } from 'multiformats/bases/base58'
 import { CID } from 'multiformats/cid'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { delegate } from '../src/auth/delegation.js'
-import { envelopePayloadBytes } from '../src/auth/envelope-bytes.js'
+import { envelopePayloadBytes, envelopePayloadLength } from '../src/auth/envelope-bytes.js'
 import {
   ReplayCache, bodyCid, bodyDigestOfBytes, checkEnvelope, createEnvelope, verifyCheckedEnvelope, verifyEnvelope
 } from '../src/auth/envelope.js'
@@ -55,6 +55,7 @@ describe('envelope payload bytes', () => {
       for (const nonce of texts) {
         const payload: EnvelopePayload = { ...base, iat, exp: iat + 1, nonce, task: nonce.length <= 128 ? 'task:' + String(iat) : base.task, proofs }
         expect(envelopePayloadBytes(payload, tokenBytes)).toEqual(dagCbor.encode(payload))
+        expect(envelopePayloadLength(payload, tokenBytes)).toBe(dagCbor.encode(payload).length)
       }
     }
     const none: EnvelopePayload = { ...base, proofs: [] }

@@ -12,19 +12,31 @@
  * compares the two).
  */
 import { headLength, textLength, textOf, writeHead, writeText } from '../cbor-write.js'
+import type { Text } from '../cbor-write.js'
 import type { EnvelopePayload } from './envelope.js'
 
 /** The payload's text fields in DAG-CBOR key order (length first, then bytewise), between `iat` and `proofs` */
 const TEXT_FIELDS = ['body', 'from', 'task', 'nonce', 'skill'] as const
 
-/** The DAG-CBOR bytes of `payload`, whose `proofs` encode to `tokens` (same order) */
-export function envelopePayloadBytes (payload: EnvelopePayload, tokens: readonly Uint8Array[]): Uint8Array {
+/** The payload's text fields made ready, and the length of its encoding */
+function layout (payload: EnvelopePayload, tokens: readonly Uint8Array[]): { to: Text, texts: Text[], length: number } {
   const to = textOf(payload.to)
   const texts = TEXT_FIELDS.map(k => textOf(payload[k]))
   // map head; keys: v (2), to (3), exp and iat (4 each), the texts (5 or 6), proofs (7)
   let length = 1 + 2 + headLength(payload.v) + 3 + textLength(to) + 4 + headLength(payload.exp) + 4 + headLength(payload.iat) + 7 + headLength(tokens.length)
   for (let i = 0; i < texts.length; i++) length += 1 + TEXT_FIELDS[i].length + textLength(texts[i])
   for (const t of tokens) length += t.length
+  return { to, texts, length }
+}
+
+/** The length of `envelopePayloadBytes(payload, tokens)`, without writing them */
+export function envelopePayloadLength (payload: EnvelopePayload, tokens: readonly Uint8Array[]): number {
+  return layout(payload, tokens).length
+}
+
+/** The DAG-CBOR bytes of `payload`, whose `proofs` encode to `tokens` (same order) */
+export function envelopePayloadBytes (payload: EnvelopePayload, tokens: readonly Uint8Array[]): Uint8Array {
+  const { to, texts, length } = layout(payload, tokens)
   const out = new Uint8Array(length)
   out[0] = 0xaa
   let at = writeText(out, 1, 'v')

@@ -23,7 +23,7 @@ import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
 import { signWith } from './ed25519.js'
-import { envelopePayloadBytes } from './envelope-bytes.js'
+import { envelopePayloadBytes, envelopePayloadLength } from './envelope-bytes.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
@@ -218,7 +218,8 @@ export interface CheckedEnvelope {
   /** Without `sig` only when checked with `unsigned` (a session-mode request) */
   envelope: Envelope | UnsignedEnvelope
   proofs: CheckedToken[]
-  payloadBytes: Uint8Array
+  /** (written on first use: a session-mode request needs only its length) */
+  readonly payloadBytes: Uint8Array
   /** The sha-256 digest `payload.body` names, when it is in canonical (base32) form */
   bodyDigest?: Uint8Array
 }
@@ -329,10 +330,17 @@ export function checkEnvelope (raw: unknown, options: CheckEnvelopeOptions = {})
     payload: { v, from, to, skill, task, nonce, iat, exp, body, proofs: tokens },
     ...(unsigned ? {} : { sig: sig as Uint8Array })
   }
-  // the fields were checked (text, safe integers): the payload's encoding around the tokens' own
-  const payloadBytes = envelopePayloadBytes(env.payload, checked.map(c => c.bytes))
-  if (payloadBytes.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
-  return { envelope: env, proofs: checked, payloadBytes, ...(bodyDigest != null ? { bodyDigest } : {}) }
+  // the fields were checked (text, safe integers): the payload's encoding is
+  // written around the tokens' own, and only when a signature needs it
+  const tokenBytes = checked.map(c => c.bytes)
+  if (envelopePayloadLength(env.payload, tokenBytes) + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  let bytes: Uint8Array | undefined
+  return {
+    envelope: env,
+    proofs: checked,
+    get payloadBytes () { return (bytes ??= envelopePayloadBytes(env.payload, tokenBytes)) },
+    ...(bodyDigest != null ? { bodyDigest } : {})
+  }
 }
 
 export interface VerifyEnvelopeOptions {

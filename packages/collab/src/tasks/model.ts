@@ -224,9 +224,11 @@ function agentSegment (did: Did): string {
   return seg
 }
 
+const utf8 = new TextEncoder()
+
 function taskSegment (id: string): string {
   // task ids may contain ':' which interface-datastore reads as a type marker
-  return uint8ToString(new TextEncoder().encode(id), 'base64url')
+  return uint8ToString(utf8.encode(id), 'base64url')
 }
 
 /**
@@ -267,7 +269,7 @@ export class TaskStore {
     const id = `i\n${agent}\n${owner}\n${key}`
     const known = this.keys.get(id)
     if (known != null) return known
-    const digest = await sha256.digest(new TextEncoder().encode(`${owner}\n${key}`))
+    const digest = await sha256.digest(utf8.encode(`${owner}\n${key}`))
     return this.remembered(id, () => new Key(`${this.prefix}/task-keys/${agentSegment(agent)}/${uint8ToString(digest.digest, 'base16')}`))
   }
 

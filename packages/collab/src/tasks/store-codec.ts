@@ -21,6 +21,8 @@ const SNAPSHOT_KEYS = [
   'artifacts', 'contextId', 'createdAt', 'updatedAt'
 ] as const
 const KNOWN_SNAPSHOT_KEYS: ReadonlySet<string> = new Set(SNAPSHOT_KEYS)
+/** Each snapshot key as CBOR text */
+const SNAPSHOT_KEY_BYTES: Readonly<Record<string, Uint8Array>> = Object.fromEntries(SNAPSHOT_KEYS.map(k => [k, encodeWith(w => { w.text(k) })]))
 
 /** The record's text fields before `snapshot`, in DAG-CBOR key order */
 const RECORD_TEXTS = ['body', 'peer', 'root', 'agent', 'owner'] as const
@@ -75,27 +77,52 @@ function writeValue (out: CborWriter, v: unknown): void {
   }
 }
 
+/** Does the snapshot have only the fields this file knows (`defined` of them, none `undefined`)? */
+function onlyKnown (s: TaskSnapshot, defined: number): boolean {
+  const keys = Object.keys(s)
+  // the common case: as many keys as known fields with a value
+  if (keys.length === defined) return true
+  const fields = s as unknown as Record<string, unknown>
+  return keys.every(k => fields[k] === undefined || KNOWN_SNAPSHOT_KEYS.has(k))
+}
+
+function writeList (out: CborWriter, list: unknown): void {
+  if (!Array.isArray(list)) {
+    writeValue(out, list)
+    return
+  }
+  out.head(4, list.length)
+  for (const item of list) writeValue(out, item)
+}
+
+function field (out: CborWriter, key: string, v: unknown): void {
+  if (v === undefined) return
+  out.raw(SNAPSHOT_KEY_BYTES[key])
+  writeValue(out, v)
+}
+
 /** Write the snapshot; false (and nothing written) when it has a field this file does not know */
 function writeSnapshot (out: CborWriter, s: TaskSnapshot): boolean {
-  const fields = s as unknown as Record<string, unknown>
-  let count = 0
-  for (const k of Object.keys(fields)) {
-    if (fields[k] === undefined) continue
-    if (!KNOWN_SNAPSHOT_KEYS.has(k)) return false
-    count++
-  }
-  out.head(5, count)
-  for (const k of SNAPSHOT_KEYS) {
-    const v = fields[k]
-    if (v === undefined) continue
-    out.text(k)
-    if ((k === 'messages' || k === 'artifacts') && Array.isArray(v)) {
-      out.head(4, v.length)
-      for (const item of v) writeValue(out, item)
-    } else {
-      writeValue(out, v)
-    }
-  }
+  const { id, auth, error, lease, skill, state, result, deadline, messages, artifacts, contextId, createdAt, updatedAt } = s
+  const values = [id, auth, error, lease, skill, state, result, deadline, messages, artifacts, contextId, createdAt, updatedAt]
+  let defined = 0
+  for (const v of values) if (v !== undefined) defined++
+  if (!onlyKnown(s, defined)) return false
+  // (keys in the order of SNAPSHOT_KEYS)
+  out.head(5, defined)
+  field(out, 'id', id)
+  field(out, 'auth', auth)
+  field(out, 'error', error)
+  field(out, 'lease', lease)
+  field(out, 'skill', skill)
+  field(out, 'state', state)
+  field(out, 'result', result)
+  field(out, 'deadline', deadline)
+  if (messages !== undefined) writeList(out.raw(SNAPSHOT_KEY_BYTES.messages), messages)
+  if (artifacts !== undefined) writeList(out.raw(SNAPSHOT_KEY_BYTES.artifacts), artifacts)
+  field(out, 'contextId', contextId)
+  field(out, 'createdAt', createdAt)
+  field(out, 'updatedAt', updatedAt)
   return true
 }
 

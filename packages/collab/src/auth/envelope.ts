@@ -22,7 +22,7 @@ import type { VerificationCache } from './verification-cache.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
-import { signWith } from './ed25519.js'
+import { nativeCrypto, signWith } from './ed25519.js'
 import { envelopePayloadBytes, envelopePayloadLength } from './envelope-bytes.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
@@ -471,5 +471,8 @@ function sameBody (got: string | Uint8Array, body: string, digest: Uint8Array | 
 
 /** @internal The sha-256 digest of a body already encoded (DAG-CBOR): what `verifyCheckedEnvelope` compares with the envelope's body CID */
 export async function bodyDigestOfBytes (bytes: Uint8Array): Promise<Uint8Array> {
+  // one call into node:crypto where it has one (Node.js 20.12 and later), else the portable hasher
+  const hash = nativeCrypto()?.hash
+  if (hash != null) return hash('sha256', bytes, 'buffer')
   return (await sha256.digest(bytes)).digest
 }

@@ -346,6 +346,8 @@ export class TaskExecutor {
 
   /** The event of a task that reached terminal state `to`, as its requester sees it */
   private reportEnd (live: Live, to: TaskState): void {
+    // (nothing to build without a listener, but a refusal is logged)
+    if (this.onEvent == null && to !== 'rejected') return
     const r = live.record
     const at = Date.now()
     const info = { agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at, ...(live.trace != null ? { trace: live.trace } : {}) }
@@ -624,7 +626,7 @@ export class TaskExecutor {
     live.pending = undefined
     this.setState(live, 'working')
     live.startedAt = Date.now()
-    {
+    if (this.onEvent != null) {
       const r = live.record
       this.report({ type: 'task-started', agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at: live.startedAt, ...(live.trace != null ? { trace: live.trace } : {}) })
     }

@@ -84,6 +84,12 @@ describe('token memo', () => {
     expect(second.proofs[0].bytes).toEqual(dagCbor.encode(grant))
     // the token handed out is the request's own copy, not the memo's
     expect(second.proofs[0].token).not.toBe(first.proofs[0].token)
+    expect(second.proofs[0].token).toEqual(grant)
+    second.proofs[0].token.payload.cap[0].skill = 'changed'
+    ;(second.proofs[0].token.payload.cap[0].constraints as Record<string, unknown[]>).tags.push('c')
+    const third = checkEnvelope(wire(await createEnvelope(caller, { to: agent.did, skill: 'bench.echo', task: 't-4b', body, proofs: [grant] })), { verificationCache: cache })
+    expect(third.proofs[0].known).toBe(first.proofs[0].known)
+    expect(third.proofs[0].token).toEqual(grant)
     expect(cache.stats().tokens).toBe(1)
   })
 

@@ -59,6 +59,30 @@ export function sameData (a: unknown, b: unknown, depth = 0): boolean {
   return true
 }
 
+/** A copy of JSON-like data (the constraints of a clean token), keys in their order */
+function copyData (v: unknown): unknown {
+  if (typeof v !== 'object' || v === null) return v
+  if (Array.isArray(v)) return v.map(copyData)
+  const out: Record<string, unknown> = {}
+  for (const [k, x] of Object.entries(v)) out[k] = copyData(x)
+  return out
+}
+
+/** A copy of a clean token payload, with the fields in the order `parsePayload` makes them */
+function copyPayload (p: TokenPayload): TokenPayload {
+  const out: TokenPayload = {
+    v: p.v,
+    iss: p.iss,
+    aud: p.aud,
+    cap: p.cap.map(c => c.constraints !== undefined ? { skill: c.skill, constraints: copyData(c.constraints) as Record<string, unknown> } : { skill: c.skill }),
+    exp: p.exp,
+    nonce: p.nonce,
+    prf: [...p.prf]
+  }
+  if (p.nbf !== undefined) out.nbf = p.nbf
+  return out
+}
+
 function isPlain (v: object): boolean {
   if (Array.isArray(v) || v instanceof Uint8Array) return false
   const proto = Object.getPrototypeOf(v)
@@ -81,6 +105,17 @@ export class TokenMemo {
   get (sig: Uint8Array, payload: TokenPayload): KnownToken | undefined {
     const entry = this.entries.get(uint8ToString(sig, 'base64'))
     return entry != null && sameData(payload, entry.payload) ? entry : undefined
+  }
+
+  /**
+   * The token signed `sig` whose payload as received (`raw`, not yet
+   * validated) is the same data as a payload checked before: then it is that
+   * clean, valid payload, and `payload` is a private copy of it
+   */
+  match (sig: Uint8Array, raw: unknown): { known: KnownToken, payload: TokenPayload } | undefined {
+    const entry = this.entries.get(uint8ToString(sig, 'base64'))
+    if (entry == null || !sameData(raw, entry.payload)) return undefined
+    return { known: entry, payload: copyPayload(entry.payload) }
   }
 
   /** Remember a token just checked (its payload is copied: the caller's may change) */

@@ -232,8 +232,8 @@ export interface CheckedEnvelope {
 function checkPayloadFields (payload: Record<string, unknown>): Uint8Array | undefined {
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload
   const keys = Object.keys(payload)
-  if (keys.length > PAYLOAD_KEYS.size || keys.some(k => !PAYLOAD_KEYS.has(k))) {
-    throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${keys.filter(k => !PAYLOAD_KEYS.has(k)).slice(0, 5).join(', ')}`)
+  if (keys.length > PAYLOAD_FIELDS.size || keys.some(k => !PAYLOAD_FIELDS.has(k))) {
+    throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${keys.filter(k => !PAYLOAD_FIELDS.has(k)).slice(0, 5).join(', ')}`)
   }
   if (v !== 1) throw new InvalidEnvelopeError('Unsupported envelope version')
   if (!isDid(from)) throw new InvalidEnvelopeError('envelope.from must be a did:key')
@@ -262,7 +262,7 @@ function checkPayloadFields (payload: Record<string, unknown>): Uint8Array | und
   return digest
 }
 
-const PAYLOAD_KEYS: ReadonlySet<string> = new Set(['v', 'from', 'to', 'skill', 'task', 'nonce', 'iat', 'exp', 'body', 'proofs'])
+const PAYLOAD_FIELDS: ReadonlySet<string> = new Set(['v', 'from', 'to', 'skill', 'task', 'nonce', 'iat', 'exp', 'body', 'proofs'])
 
 /** CIDv1, dag-cbor, sha2-256 with a 32-byte digest: the bytes before the digest */
 const BODY_CID_PREFIX = [0x01, dagCbor.code, sha256.code, 32]

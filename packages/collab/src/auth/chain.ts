@@ -13,7 +13,7 @@ import {
 import {
   DEFAULT_CLOCK_SKEW, DEFAULT_MAX_DEPTH, TOKEN_LIMITS, checkToken, cidOfBytes, withPrefix
 } from './delegation.js'
-import { defaultVerificationCache } from './verification-cache.js'
+import { defaultVerificationCache, tokenMemoOf } from './verification-cache.js'
 import type { Capability, CheckedToken, Token, VerifiedChain, VerifyChainOptions } from './delegation.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -192,7 +192,7 @@ export async function verifyChain (leaf: Token, pool: Token[] = [], options: Ver
   if (pool.length > TOKEN_LIMITS.maxPool) {
     throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
   }
-  const memo = options.verificationCache?.tokens
+  const memo = options.verificationCache != null ? tokenMemoOf(options.verificationCache) : undefined
   const leafChecked = checkToken(leaf, memo)
   return verifyCheckedChain(leafChecked, pool.map(t => checkToken(t, memo)), options)
 }

@@ -17,7 +17,7 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { equals as bytesEqual } from 'uint8arrays/equals'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
 import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain } from './delegation.js'
-import { defaultVerificationCache } from './verification-cache.js'
+import { defaultVerificationCache, tokenMemoOf } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
@@ -323,7 +323,7 @@ export function checkEnvelope (raw: unknown, options: CheckEnvelopeOptions = {})
   const bodyDigest = checkPayloadFields(payload)
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload as unknown as EnvelopePayload
   // each token is checked for shape and limits (INVALID_TOKEN); verifyChain checks the rest
-  const memo = options.verificationCache?.tokens
+  const memo = options.verificationCache != null ? tokenMemoOf(options.verificationCache) : undefined
   const checked = (proofs as unknown[]).map(t => checkToken(t, memo))
   const tokens: Token[] = checked.map(c => c.token)
   const env: Envelope | UnsignedEnvelope = {

@@ -56,8 +56,8 @@ export class VerificationCache {
   private readonly keys: BoundedMemo<string, Ed25519Key>
   private readonly signatures: BoundedMemo<string, true>
   private readonly cids: BoundedMemo<string, true>
-  /** @internal Checked tokens, by signature (`checkToken`) */
-  readonly tokens: TokenMemo
+  /** Checked tokens, by signature (`checkToken`; reached through `tokenMemoOf`) */
+  private readonly tokens: TokenMemo
 
   constructor (init: VerificationCacheInit = {}) {
     this.keys = new BoundedMemo(positiveInteger('maxKeys', init.maxKeys ?? DEFAULT_MAX))
@@ -124,6 +124,12 @@ export class VerificationCache {
   stats (): VerificationCacheStats {
     return { keys: this.keys.size, signatures: this.signatures.size, cids: this.cids.size, tokens: this.tokens.size }
   }
+}
+
+/** @internal The token memo of a verification cache (what `checkToken` reuses) */
+export function tokenMemoOf (cache: VerificationCache): TokenMemo {
+  // (private to the class, so that it is no part of the documented API)
+  return cache['tokens']
 }
 
 /** The process-wide instance of the free functions (see the top of this file) */

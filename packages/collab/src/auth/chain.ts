@@ -13,7 +13,7 @@ import {
 import {
   DEFAULT_CLOCK_SKEW, DEFAULT_MAX_DEPTH, TOKEN_LIMITS, checkToken, cidOfBytes, withPrefix
 } from './delegation.js'
-import { defaultVerificationCache } from './verification-cache.js'
+import { defaultVerificationCache, tokenMemoOf } from './verification-cache.js'
 import type { Capability, CheckedToken, Token, VerifiedChain, VerifyChainOptions } from './delegation.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -192,8 +192,9 @@ export async function verifyChain (leaf: Token, pool: Token[] = [], options: Ver
   if (pool.length > TOKEN_LIMITS.maxPool) {
     throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
   }
-  const leafChecked = checkToken(leaf)
-  return verifyCheckedChain(leafChecked, pool.map(t => checkToken(t)), options)
+  const memo = options.verificationCache != null ? tokenMemoOf(options.verificationCache) : undefined
+  const leafChecked = checkToken(leaf, memo)
+  return verifyCheckedChain(leafChecked, pool.map(t => checkToken(t, memo)), options)
 }
 
 /** The checked `now`, clock skew and depth limit of a verification */
@@ -207,6 +208,15 @@ function chainSettings (options: VerifyChainOptions): { now: number, skew: numbe
     throw new TypeError(`maxDepth must be an integer from 1 to ${TOKEN_LIMITS.maxDepthLimit}`)
   }
   return { now, skew, maxDepth }
+}
+
+/** The CID string of a checked token (hashed once for a token of a memo) */
+async function cidOf (checked: CheckedToken): Promise<string> {
+  const known = checked.known
+  if (known?.cid != null) return known.cid
+  const cid = (await cidOfBytes(checked.bytes)).toString()
+  if (known != null) known.cid = cid
+  return cid
 }
 
 /** @internal `verifyChain` of tokens already validated by `checkToken` */
@@ -225,12 +235,12 @@ export async function verifyCheckedChain (leafChecked: CheckedToken, poolChecked
   if (poolChecked.length > TOKEN_LIMITS.maxPool) {
     throw new InvalidTokenError(`More than ${TOKEN_LIMITS.maxPool} tokens in the proof pool`)
   }
-  const leafCid = (await cidOfBytes(leafChecked.bytes)).toString()
+  const leafCid = await cidOf(leafChecked)
   const byCid = new Map<string, Token>()
   /** payload bytes of every token, for its signing bytes */
   const bodies = new Map<Token, Uint8Array>([[leafChecked.token, leafChecked.body]])
   for (const checked of poolChecked) {
-    byCid.set((await cidOfBytes(checked.bytes)).toString(), checked.token)
+    byCid.set(await cidOf(checked), checked.token)
     bodies.set(checked.token, checked.body)
   }
 

@@ -20,6 +20,7 @@ import { checkAgainstProofs } from './chain.js'
 import { signWith } from './ed25519.js'
 import { defaultVerificationCache } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
+import type { KnownToken, TokenMemo } from './token-memo.js'
 import type { Did, Identity } from '@ioa/interconnect'
 
 /** Token format version (`v`) */
@@ -319,23 +320,33 @@ export function withPrefix (body: Uint8Array): Uint8Array {
 }
 
 /**
- * Validate a token and encode it: the token (a clean copy), its bytes, and
- * the bytes of its payload
+ * @internal A validated token: a clean copy, its encoding and the encoding
+ * of its payload; `known` when it came from a memo (its CID is kept there)
  */
-/** @internal A validated token: a clean copy, its encoding and the encoding of its payload */
-export interface CheckedToken { token: Token, bytes: Uint8Array, body: Uint8Array }
+export interface CheckedToken { token: Token, bytes: Uint8Array, body: Uint8Array, known?: KnownToken }
 
-/** @internal */
-export function checkToken (value: unknown): CheckedToken {
+/**
+ * @internal Validate a token and encode it; with `memo`, a token checked
+ * before (the same signature and payload) is not encoded again
+ */
+export function checkToken (value: unknown, memo?: TokenMemo): CheckedToken {
   if (!isPlainMap(value)) throw new InvalidTokenError('Token must be a map { payload, sig }')
   onlyKeys(value, ['payload', 'sig'], 'token')
-  const payload = parsePayload(value.payload)
   const sig = value.sig
+  // a token checked before, received again: the same data is the same valid token (its copy, its bytes)
+  const seen = memo != null && sig instanceof Uint8Array && sig.length === 64 ? memo.match(sig, value.payload) : undefined
+  if (seen != null) {
+    const { known } = seen
+    return { token: { payload: seen.payload, sig: new Uint8Array(sig as Uint8Array) }, bytes: known.bytes, body: known.body, known }
+  }
+  const payload = parsePayload(value.payload)
   if (!(sig instanceof Uint8Array) || sig.length !== 64) {
     throw new InvalidSignatureError('Token signature must be 64 bytes')
   }
   // a private copy: not a Buffer from a shared pool, not a view of the caller's bytes
   const token: Token = { payload, sig: new Uint8Array(sig) }
+  const known = memo?.get(token.sig, payload)
+  if (known != null) return { token, bytes: known.bytes, body: known.body, known }
   let body: Uint8Array
   try {
     body = dagCbor.encode(payload)
@@ -346,7 +357,7 @@ export function checkToken (value: unknown): CheckedToken {
   if (bytes.byteLength > TOKEN_LIMITS.maxTokenBytes) {
     throw new InvalidTokenError(`Token is larger than ${TOKEN_LIMITS.maxTokenBytes} bytes`)
   }
-  return { token, bytes, body }
+  return memo != null ? { token, bytes, body, known: memo.set(token.sig, payload, bytes, body) } : { token, bytes, body }
 }
 
 /**

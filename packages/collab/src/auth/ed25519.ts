@@ -15,7 +15,8 @@ type NodeCrypto = typeof NodeCryptoModule
 
 let nodeCrypto: NodeCrypto | null | undefined
 
-function fast (): NodeCrypto | undefined {
+/** @internal `node:crypto` once it has loaded on Node.js; undefined elsewhere (and until then): callers take their portable path */
+export function nativeCrypto (): NodeCrypto | undefined {
   if (nodeCrypto === undefined) {
     nodeCrypto = null
     // not in a browser: the first calls take the portable path meanwhile
@@ -49,7 +50,7 @@ function b64url (bytes: Uint8Array): string {
  * made once and kept in `entry`); false for a bad signature or key, never throws
  */
 export async function verifyEd25519 (entry: Ed25519Key, data: Uint8Array, sig: Uint8Array): Promise<boolean> {
-  const c = fast()
+  const c = nativeCrypto()
   const key = entry.key
   if (c == null || key.type !== 'Ed25519' || key.raw.byteLength !== 32 || sig.byteLength !== 64) {
     try {
@@ -70,7 +71,7 @@ export async function verifyEd25519 (entry: Ed25519Key, data: Uint8Array, sig: U
 
 /** Sign with an identity: with its kept native key when it is a plain Ed25519 key identity, else by `identity.sign` */
 export async function signWith (identity: Identity, data: Uint8Array): Promise<Uint8Array> {
-  const c = fast()
+  const c = nativeCrypto()
   const priv = (identity as { privateKey?: PrivateKey }).privateKey
   if (c == null || priv == null || priv.type !== 'Ed25519' || priv.raw?.byteLength !== 64 ||
     !priv.publicKey.equals(identity.publicKey)) {

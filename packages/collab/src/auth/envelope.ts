@@ -10,17 +10,21 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { domainSeparated, isCapability } from '@ioa/interconnect'
 import { TooManyRequestsError } from '@ioa/transport'
+import { base32 } from 'multiformats/bases/base32'
 import { CID } from 'multiformats/cid'
+import { create as createDigest } from 'multiformats/hashes/digest'
 import { sha256 } from 'multiformats/hashes/sha2'
+import { equals as bytesEqual } from 'uint8arrays/equals'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
 import { DEFAULT_CLOCK_SKEW, capabilityFor, checkToken, isEd25519Did as isDid, verifyCheckedChain } from './delegation.js'
-import { defaultVerificationCache } from './verification-cache.js'
+import { defaultVerificationCache, tokenMemoOf } from './verification-cache.js'
 import type { VerificationCache } from './verification-cache.js'
 import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
-import { signWith } from './ed25519.js'
+import { nativeCrypto, signWith } from './ed25519.js'
 import { asciiText, cborHead, concatParts } from '../cbor-parts.js'
+import { envelopePayloadBytes, envelopePayloadLength } from './envelope-bytes.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
 import type { CheckedToken, Capability, Token, VerifiedChain } from './delegation.js'
@@ -289,13 +293,23 @@ export interface CheckedEnvelope {
   /** Without `sig` only when checked with `unsigned` (a session-mode request) */
   envelope: Envelope | UnsignedEnvelope
   proofs: CheckedToken[]
-  payloadBytes: Uint8Array
+  /** (written on first use: a session-mode request needs only its length) */
+  readonly payloadBytes: Uint8Array
+  /** The sha-256 digest `payload.body` names, when it is in canonical (base32) form */
+  bodyDigest?: Uint8Array
 }
 
-/** The field checks of an envelope payload (not of the tokens in `proofs`) */
-function checkPayloadFields (payload: Record<string, unknown>): void {
-  const { v, from, to, skill, task, nonce, iat, exp, body, proofs, ...rest } = payload
-  if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)
+/**
+ * The field checks of an envelope payload (not of the tokens in `proofs`);
+ * returns the sha-256 digest `body` names when `body` is in its canonical
+ * form (base32, the form a receiver computes), else undefined
+ */
+function checkPayloadFields (payload: Record<string, unknown>): Uint8Array | undefined {
+  const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload
+  const keys = Object.keys(payload)
+  if (keys.length > PAYLOAD_FIELDS.size || keys.some(k => !PAYLOAD_FIELDS.has(k))) {
+    throw new InvalidEnvelopeError(`Unknown envelope payload fields: ${keys.filter(k => !PAYLOAD_FIELDS.has(k)).slice(0, 5).join(', ')}`)
+  }
   if (v !== 1) throw new InvalidEnvelopeError('Unsupported envelope version')
   if (!isDid(from)) throw new InvalidEnvelopeError('envelope.from must be a did:key')
   if (!isDid(to)) throw new InvalidEnvelopeError('envelope.to must be a did:key')
@@ -308,15 +322,44 @@ function checkPayloadFields (payload: Record<string, unknown>): void {
   if (exp <= iat) throw new InvalidEnvelopeError('envelope.exp must be after envelope.iat')
   if (exp - iat > ENVELOPE_LIMITS.maxTtl) throw new InvalidEnvelopeError(`Envelope validity exceeds ${ENVELOPE_LIMITS.maxTtl} ms`)
   if (typeof body !== 'string' || body.length > 128) throw new InvalidEnvelopeError('envelope.body must be a CID string')
-  try {
-    const cid = CID.parse(body)
-    if (cid.version !== 1 || cid.code !== dagCbor.code || cid.multihash.code !== sha256.code) throw new Error('not a CIDv1 dag-cbor sha2-256')
-  } catch (err: any) {
-    throw new InvalidEnvelopeError(`envelope.body is not a dag-cbor CID: ${err?.message ?? err}`)
+  const digest = canonicalBodyDigest(body)
+  if (digest == null) {
+    try {
+      const cid = CID.parse(body)
+      if (cid.version !== 1 || cid.code !== dagCbor.code || cid.multihash.code !== sha256.code) throw new Error('not a CIDv1 dag-cbor sha2-256')
+    } catch (err: any) {
+      throw new InvalidEnvelopeError(`envelope.body is not a dag-cbor CID: ${err?.message ?? err}`)
+    }
   }
   if (!Array.isArray(proofs) || proofs.length > ENVELOPE_LIMITS.maxProofs) {
     throw new InvalidEnvelopeError(`envelope.proofs must be a list of at most ${ENVELOPE_LIMITS.maxProofs} tokens`)
   }
+  return digest
+}
+
+const PAYLOAD_FIELDS: ReadonlySet<string> = new Set(['v', 'from', 'to', 'skill', 'task', 'nonce', 'iat', 'exp', 'body', 'proofs'])
+
+/** CIDv1, dag-cbor, sha2-256 with a 32-byte digest: the bytes before the digest */
+const BODY_CID_PREFIX = [0x01, dagCbor.code, sha256.code, 32]
+
+/**
+ * The digest a body CID string names when it is in the form a receiver
+ * computes (base32 with its `b` prefix: one string per CID, the decoder
+ * refuses stray bits) and is a CIDv1 dag-cbor sha2-256; else undefined
+ */
+function canonicalBodyDigest (body: string): Uint8Array | undefined {
+  // 'b' and 36 bytes in base32 (58 characters)
+  if (body.length !== 59 || body.charCodeAt(0) !== 0x62) return undefined
+  let bytes: Uint8Array
+  try {
+    bytes = base32.baseDecode(body.slice(1))
+  } catch {
+    // not base32: the generic parse says why
+    return undefined
+  }
+  if (bytes.length !== BODY_CID_PREFIX.length + 32) return undefined
+  for (let i = 0; i < BODY_CID_PREFIX.length; i++) if (bytes[i] !== BODY_CID_PREFIX[i]) return undefined
+  return bytes.subarray(BODY_CID_PREFIX.length)
 }
 
 /** The payload's DAG-CBOR encoding, within the envelope size limit */
@@ -331,29 +374,48 @@ function encodePayload (payload: EnvelopePayload): Uint8Array {
   return bytes
 }
 
+/** @internal Options of `checkEnvelope` */
+export interface CheckEnvelopeOptions {
+  /** Accept an envelope without `sig` (session mode, spec 2.6) */
+  unsigned?: boolean
+  /** Whose token memo to use: tokens checked before are not encoded again */
+  verificationCache?: VerificationCache
+}
+
 /**
  * @internal `parseEnvelope`, keeping the checked tokens and the payload's
  * encoding; with `unsigned`, an envelope without `sig` (session mode, spec
- * 2.6) is accepted too
+ * 2.6) is accepted too; with `verificationCache`, tokens checked before
+ * (in its token memo) are not encoded again
  */
-export function checkEnvelope (raw: unknown, options: { unsigned?: boolean } = {}): CheckedEnvelope {
+export function checkEnvelope (raw: unknown, options: CheckEnvelopeOptions = {}): CheckedEnvelope {
   if (!isMap(raw)) throw new InvalidEnvelopeError('Envelope must be a map')
   const { payload, sig, ...extra } = raw
   if (Object.keys(extra).length > 0) throw new InvalidEnvelopeError(`Unknown envelope fields: ${Object.keys(extra).slice(0, 5).join(', ')}`)
   const unsigned = options.unsigned === true && !('sig' in raw)
   if (!unsigned && (!(sig instanceof Uint8Array) || sig.length !== 64)) throw new InvalidEnvelopeError('Envelope signature must be 64 bytes')
   if (!isMap(payload)) throw new InvalidEnvelopeError('Envelope payload must be a map')
-  checkPayloadFields(payload)
+  const bodyDigest = checkPayloadFields(payload)
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload as unknown as EnvelopePayload
   // each token is checked for shape and limits (INVALID_TOKEN); verifyChain checks the rest
-  const checked = (proofs as unknown[]).map(t => checkToken(t))
+  const memo = options.verificationCache != null ? tokenMemoOf(options.verificationCache) : undefined
+  const checked = (proofs as unknown[]).map(t => checkToken(t, memo))
   const tokens: Token[] = checked.map(c => c.token)
   const env: Envelope | UnsignedEnvelope = {
     payload: { v, from, to, skill, task, nonce, iat, exp, body, proofs: tokens },
     ...(unsigned ? {} : { sig: sig as Uint8Array })
   }
-  const payloadBytes = encodePayload(env.payload)
-  return { envelope: env, proofs: checked, payloadBytes }
+  // the fields were checked (text, safe integers): the payload's encoding is
+  // written around the tokens' own, and only when a signature needs it
+  const tokenBytes = checked.map(c => c.bytes)
+  if (envelopePayloadLength(env.payload, tokenBytes) + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
+  let bytes: Uint8Array | undefined
+  return {
+    envelope: env,
+    proofs: checked,
+    get payloadBytes () { return (bytes ??= envelopePayloadBytes(env.payload, tokenBytes)) },
+    ...(bodyDigest != null ? { bodyDigest } : {})
+  }
 }
 
 export interface VerifyEnvelopeOptions {
@@ -413,15 +475,16 @@ export interface VerifiedEnvelope {
  * (`INVALID_TOKEN`, `TOKEN_EXPIRED`, `ESCALATION`, `REVOKED`, …).
  */
 export async function verifyEnvelope (raw: unknown, body: unknown, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
-  const checked = checkEnvelope(raw)
+  const checked = checkEnvelope(raw, options.verificationCache != null ? { verificationCache: options.verificationCache } : {})
   return verifyCheckedEnvelope(checked, async () => bodyCid(body), options)
 }
 
 /**
  * @internal `verifyEnvelope` of an envelope checked by `checkEnvelope`;
- * `cidOfBody` gives the body's CID (asked for after the signature and nonce checks)
+ * `cidOfBody` gives the body's CID, or the sha-256 digest of its encoding
+ * (asked for after the signature and nonce checks)
  */
-export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody: () => Promise<string>, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
+export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody: () => Promise<string | Uint8Array>, options: VerifyEnvelopeOptions): Promise<VerifiedEnvelope> {
   const env = checked.envelope
   const p = env.payload
   const now = options.now ?? Date.now()
@@ -447,7 +510,7 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
     throw new ReplayError('Envelope nonce already used')
   }
   const cid = await cidOfBody()
-  if (cid !== p.body) throw new InvalidEnvelopeError('Body does not match envelope.body')
+  if (!sameBody(cid, p.body, checked.bodyDigest)) throw new InvalidEnvelopeError('Body does not match envelope.body')
 
   if (p.proofs.length === 0) throw new UnauthorizedError(`No delegation for ${p.skill}`)
   const chain = await verifyCheckedChain(checked.proofs[0], checked.proofs.slice(1), {
@@ -471,5 +534,20 @@ export async function verifyCheckedEnvelope (checked: CheckedEnvelope, cidOfBody
   if (outcome === 'peer-quota') {
     throw new TooManyRequestsError(`The peer holds ${options.replayCache.maxEntriesPerPeer} replay-cache entries; retry when some expire`)
   }
-  return { chain, capability, bodyCid: cid }
+  return { chain, capability, bodyCid: p.body }
+}
+
+/** Does a body's CID or sha-256 digest match `body`, the envelope's CID string (whose digest is `digest` when that string is canonical)? */
+function sameBody (got: string | Uint8Array, body: string, digest: Uint8Array | undefined): boolean {
+  if (typeof got === 'string') return got === body
+  if (digest != null) return bytesEqual(got, digest)
+  return CID.create(1, dagCbor.code, createDigest(sha256.code, got)).toString() === body
+}
+
+/** @internal The sha-256 digest of a body already encoded (DAG-CBOR): what `verifyCheckedEnvelope` compares with the envelope's body CID */
+export async function bodyDigestOfBytes (bytes: Uint8Array): Promise<Uint8Array> {
+  // one call into node:crypto where it has one (Node.js 20.12 and later), else the portable hasher
+  const hash = nativeCrypto()?.hash
+  if (hash != null) return hash('sha256', bytes, 'buffer')
+  return (await sha256.digest(bytes)).digest
 }

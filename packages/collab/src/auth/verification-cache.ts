@@ -19,6 +19,7 @@ import { CID } from 'multiformats/cid'
 import { BoundedMemo } from '../bounded-memo.js'
 import { positiveInteger } from '../options.js'
 import { verifyEd25519 } from './ed25519.js'
+import { TokenMemo } from './token-memo.js'
 import type { Ed25519Key } from './ed25519.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -34,6 +35,11 @@ export interface VerificationCacheInit {
   maxSignatures?: number
   /** Strings found to be canonical token CIDs @default 4096 */
   maxCids?: number
+  /**
+   * Tokens checked before, by signature: their encoding and CID, reused when
+   * the same token arrives again (see token-memo.ts) @default 4096
+   */
+  maxTokens?: number
 }
 
 /** How many entries a `VerificationCache` holds */
@@ -41,6 +47,7 @@ export interface VerificationCacheStats {
   keys: number
   signatures: number
   cids: number
+  tokens: number
 }
 
 const DEFAULT_MAX = 4096
@@ -49,11 +56,14 @@ export class VerificationCache {
   private readonly keys: BoundedMemo<string, Ed25519Key>
   private readonly signatures: BoundedMemo<string, true>
   private readonly cids: BoundedMemo<string, true>
+  /** Checked tokens, by signature (`checkToken`; reached through `tokenMemoOf`) */
+  private readonly tokens: TokenMemo
 
   constructor (init: VerificationCacheInit = {}) {
     this.keys = new BoundedMemo(positiveInteger('maxKeys', init.maxKeys ?? DEFAULT_MAX))
     this.signatures = new BoundedMemo(positiveInteger('maxSignatures', init.maxSignatures ?? DEFAULT_MAX))
     this.cids = new BoundedMemo(positiveInteger('maxCids', init.maxCids ?? DEFAULT_MAX))
+    this.tokens = new TokenMemo(positiveInteger('maxTokens', init.maxTokens ?? DEFAULT_MAX))
   }
 
   /** The parsed Ed25519 key a DID names, or undefined when it is not a valid Ed25519 did:key */
@@ -112,8 +122,14 @@ export class VerificationCache {
   }
 
   stats (): VerificationCacheStats {
-    return { keys: this.keys.size, signatures: this.signatures.size, cids: this.cids.size }
+    return { keys: this.keys.size, signatures: this.signatures.size, cids: this.cids.size, tokens: this.tokens.size }
   }
+}
+
+/** @internal The token memo of a verification cache (what `checkToken` reuses) */
+export function tokenMemoOf (cache: VerificationCache): TokenMemo {
+  // (private to the class, so that it is no part of the documented API)
+  return cache['tokens']
 }
 
 /** The process-wide instance of the free functions (see the top of this file) */

@@ -36,6 +36,13 @@ export interface Served {
   requireEnvelope?: boolean
 }
 
+/**
+ * The signal of a stream, or what makes it when it is first needed (the
+ * transport makes a request's signal on first use: a stream answered at once
+ * never needs one)
+ */
+export type SignalSource = AbortSignal | (() => AbortSignal)
+
 export class Subscriber {
   private readonly queue: TaskEvent[] = []
   private wake?: () => void
@@ -51,8 +58,9 @@ export class Subscriber {
   }
 
   /** The next event, or undefined after `timeout` ms without one */
-  async next (timeout: number, signal: AbortSignal): Promise<TaskEvent | undefined> {
+  async next (timeout: number, source: SignalSource): Promise<TaskEvent | undefined> {
     if (this.queue.length > 0) return this.queue.shift()
+    const signal = typeof source === 'function' ? source() : source
     signal.throwIfAborted()
     await new Promise<void>((resolve, reject) => {
       const done = (): void => {
@@ -78,7 +86,6 @@ export interface Live {
    */
   controller?: AbortController
   subscribers: Set<Subscriber>
-  deadlineTimer?: ReturnType<typeof setTimeout>
   approvalTimer?: ReturnType<typeof setTimeout>
   /** what the handler needs, kept from acceptance until it starts (auth-required) */
   pending?: { input: unknown, chain: VerifiedChain, capability: Capability, proofs: Token[], served: Served, budget?: number }

@@ -15,7 +15,7 @@ import { MemoryDatastore } from 'datastore-core'
 import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
 import { verificationCacheOf } from '../auth/verification-cache.js'
 import {
-  ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyCidOfBytes, verifyCheckedEnvelope
+  ENVELOPE_LIMITS, ReplayCache, bodyCid as cidOfBody, bodyDigestOfBytes, verifyCheckedEnvelope
 } from '../auth/envelope.js'
 import { allOf, evaluatePolicy, verifyApproval } from '../auth/policy.js'
 import { SessionRegistry, onBind, onChallenge } from '../auth/session-registry.js'
@@ -28,6 +28,7 @@ import { HandlerContext, Subscriber, messageCounts, taskKey } from './executor-s
 import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
+import { Deadlines } from './deadlines.js'
 import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
 import type { SubtaskCaller } from './subtask-call.js'
@@ -39,7 +40,7 @@ import type { IoaTracer } from '../tracing.js'
 import { runTool } from '../tool-span.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
-import type { Live, Served } from './executor-state.js'
+import type { Live, Served, SignalSource } from './executor-state.js'
 import type { CheckedEnvelope } from '../auth/envelope.js'
 import type { Policy } from '../auth/policy.js'
 import type { TaskLimits, TaskRecord, TaskSnapshot, TaskState } from './model.js'
@@ -117,6 +118,10 @@ export class TaskExecutor {
   private readonly live = new Map<string, Live>()
   private readonly recent = new Map<string, TaskRecord>()
   private readonly locks = new Map<string, Promise<unknown>>()
+  /** The deadlines of the running tasks, on one timer */
+  private readonly deadlines = new Deadlines<Live>(live => {
+    this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${live.record.snapshot.deadline ?? '?'} exceeded` } })
+  })
   private starting?: Promise<void>
   private started = false
 
@@ -215,13 +220,13 @@ export class TaskExecutor {
       this.retention.load(finished)
       this.retention.start()
       const m = this.components.messaging
-      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr)))
+      await m.handleStream(TASK_PROTOCOL, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), () => ctx.signal, addressKey(ctx.connection.remoteAddr)))
       await m.handleStream(TASK_PROTOCOL, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal))
       await m.handle(TASK_PROTOCOL, 'get', async (payload, ctx) => this.onGet(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'cancel', async (payload, ctx) => this.onCancel(payload, ctx.peer.toString()))
       await m.handle(TASK_PROTOCOL, 'approve', async (payload) => this.onApprove(payload))
       // version 2 (spec 14): the same methods, with hold-back, deltas, trace and canonical requests
-      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), ctx.signal, addressKey(ctx.connection.remoteAddr), { version: 2, canonical: ctx.canonical, connection: ctx.connection.id }))
+      await m.handleStream(TASK_PROTOCOL_V2, 'submit', (payload, ctx) => this.onSubmit(payload, ctx.peer.toString(), () => ctx.signal, addressKey(ctx.connection.remoteAddr), { version: 2, canonical: ctx.canonical, connection: ctx.connection.id }))
       await m.handleStream(TASK_PROTOCOL_V2, 'resubscribe', (payload, ctx) => this.onResubscribe(payload, ctx.peer.toString(), ctx.signal, ctx))
       await m.handle(TASK_PROTOCOL_V2, 'get', async (payload, ctx) => { assertCanonical(ctx); return await this.onGet(payload, ctx.peer.toString()) })
       await m.handle(TASK_PROTOCOL_V2, 'cancel', async (payload, ctx) => { assertCanonical(ctx); return await this.onCancel(payload, ctx.peer.toString()) })
@@ -300,13 +305,26 @@ export class TaskExecutor {
     }
   }
 
+  /** The next turn of the store's writes: one timer for the tasks that change in one turn */
+  private saveTurn?: Promise<void>
+
+  private nextSaveTurn (): Promise<void> {
+    this.saveTurn ??= new Promise<void>(resolve => {
+      setTimeout(() => {
+        this.saveTurn = undefined
+        resolve()
+      }, 0)
+    })
+    return this.saveTurn
+  }
+
   private save (live: Live): void {
     if (live.saveQueued) return
     live.saveQueued = true
     live.writing = live.writing.then(async () => {
       // after the answer went out, and once for the changes of one turn (a
       // fast task's working and completed are one write of the final record)
-      await new Promise(resolve => setTimeout(resolve, 0))
+      await this.nextSaveTurn()
       live.saveQueued = false
       await this.store.put(live.record)
     }).catch((err: unknown) => {
@@ -328,6 +346,8 @@ export class TaskExecutor {
 
   /** The event of a task that reached terminal state `to`, as its requester sees it */
   private reportEnd (live: Live, to: TaskState): void {
+    // (nothing to build without a listener, but a refusal is logged)
+    if (this.onEvent == null && to !== 'rejected') return
     const r = live.record
     const at = Date.now()
     const info = { agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at, ...(live.trace != null ? { trace: live.trace } : {}) }
@@ -379,7 +399,7 @@ export class TaskExecutor {
   /** Move a task to a terminal state once; later calls do nothing */
   private finish (live: Live, to: TaskState, patch: Parameters<typeof transition>[2] = {}): void {
     if (isTerminal(live.record.snapshot.state)) return
-    clearTimeout(live.deadlineTimer)
+    this.deadlines.delete(live)
     clearTimeout(live.approvalTimer)
     clearTimeout(live.abandonTimer)
     live.release()
@@ -427,7 +447,7 @@ export class TaskExecutor {
     const version = via?.version === 2 || local ? 2 : 1
     const unsigned = version === 2 && (this.sessions.enabled || local)
     const { checked, rawBody, trace, ignored }: { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } =
-      version === 2 ? checkSubmitV2(payload, { unsigned }) : checkSubmit(payload)
+      version === 2 ? checkSubmitV2(payload, { unsigned, verificationCache: this.verification }) : checkSubmit(payload, { verificationCache: this.verification })
     if (ignored === true) this.log('ignored the trace of task %s from %s: not a W3C traceparent', checked.envelope.payload.task, peer)
     const envelope = checked.envelope
     const { body, bytes: bodyBytes } = checkBody(rawBody, this.limits.maxBodyBytes)
@@ -442,7 +462,7 @@ export class TaskExecutor {
       ? (from: Did) => { if (!this.components.interconnect.agents().some(a => a.did === from)) throw new SessionRequiredError(`${from} is not hosted on this node`) }
       : (from: Did) => { this.sessions.check(via?.connection, from) }
 
-    const bodyOf = async (): Promise<string> => bodyBytes != null ? await bodyCidOfBytes(bodyBytes) : await cidOfBody(body)
+    const bodyOf = async (): Promise<string | Uint8Array> => bodyBytes != null ? await bodyDigestOfBytes(bodyBytes) : await cidOfBody(body)
     const { chain, capability, bodyCid } = await verifyCheckedEnvelope(checked, bodyOf, {
       self: p.to,
       replayCache: this.replay,
@@ -563,11 +583,9 @@ export class TaskExecutor {
     }
     // (a task canceled meanwhile needs no deadline)
     if (isTerminal(live.record.snapshot.state)) return live
-    const deadline = live.record.snapshot.deadline ?? Infinity
-    live.deadlineTimer = setTimeout(() => {
-      this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${deadline} exceeded` } })
-    }, Math.min(Math.max(0, deadline - Date.now()), 2_147_483_647))
-    live.deadlineTimer.unref?.()
+    // (one timer for all the running tasks' deadlines)
+    const deadline = live.record.snapshot.deadline
+    if (deadline != null) this.deadlines.add(live, deadline)
 
     // a new task: policy, then run or wait for approval
     const decision = await evaluatePolicy(allOf(...[this.policy, served.policy].filter((x): x is Policy => x != null)), {
@@ -608,7 +626,7 @@ export class TaskExecutor {
     live.pending = undefined
     this.setState(live, 'working')
     live.startedAt = Date.now()
-    {
+    if (this.onEvent != null) {
       const r = live.record
       this.report({ type: 'task-started', agent: r.agent, skill: r.snapshot.skill, taskId: r.snapshot.id, caller: r.owner, root: r.root, at: live.startedAt, ...(live.trace != null ? { trace: live.trace } : {}) })
     }
@@ -670,7 +688,7 @@ export class TaskExecutor {
    * for the task to end (or to need an approval): the events meanwhile fold
    * into the newest snapshot, which is sent alone (spec 14.1)
    */
-  private async * follow (task: Live | TaskRecord, signal: AbortSignal, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
+  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
       yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
@@ -726,7 +744,7 @@ export class TaskExecutor {
    * requester (a `trace` and an unsigned envelope are accepted; the stream
    * sends every event in full)
    */
-  async * onSubmit (payload: unknown, peer: string, signal: AbortSignal, address?: string, via?: SubmitVia): AsyncGenerator<unknown> {
+  async * onSubmit (payload: unknown, peer: string, signal: SignalSource, address?: string, via?: SubmitVia): AsyncGenerator<unknown> {
     const sub = new Subscriber()
     let task: Live | TaskRecord
     try {

@@ -9,6 +9,7 @@ import { Key } from 'interface-datastore'
 import { sha256 } from 'multiformats/hashes/sha2'
 import { toString as uint8ToString } from 'uint8arrays/to-string'
 import { CollabError } from '../errors.js'
+import { encodeRecord } from './store-codec.js'
 import type { Did } from '@ioa/interconnect'
 import type { Datastore } from 'interface-datastore'
 
@@ -179,12 +180,22 @@ export function transition (task: TaskSnapshot, to: TaskState, patch: Partial<Pi
   if (!canTransition(task.state, to)) {
     throw new InvalidTransitionError(`Task ${task.id}: ${task.state} -> ${to} is not allowed`)
   }
-  const next: TaskSnapshot = { ...task, state: to, updatedAt: Math.max(now, task.updatedAt) }
-  if (to !== 'auth-required') delete next.auth
+  // one copy, without undefined fields (what cleanSnapshot makes), `auth` only while auth-required
+  const keepAuth = to === 'auth-required'
+  const from = task as unknown as Record<string, unknown>
+  const next: Record<string, unknown> = {}
+  for (const k of Object.keys(from)) {
+    const v = from[k]
+    if (v !== undefined && (keepAuth || k !== 'auth')) next[k] = v
+  }
+  next.state = to
+  next.updatedAt = Math.max(now, task.updatedAt)
+  next.messages = [...task.messages]
+  next.artifacts = [...task.artifacts]
   if (patch.auth != null) next.auth = patch.auth
   if (patch.error != null) next.error = patch.error
   if (patch.result !== undefined) next.result = patch.result
-  return cleanSnapshot(next)
+  return next as unknown as TaskSnapshot
 }
 
 /** Everything the executor keeps about one task */
@@ -213,9 +224,11 @@ function agentSegment (did: Did): string {
   return seg
 }
 
+const utf8 = new TextEncoder()
+
 function taskSegment (id: string): string {
   // task ids may contain ':' which interface-datastore reads as a type marker
-  return uint8ToString(new TextEncoder().encode(id), 'base64url')
+  return uint8ToString(utf8.encode(id), 'base64url')
 }
 
 /**
@@ -256,14 +269,13 @@ export class TaskStore {
     const id = `i\n${agent}\n${owner}\n${key}`
     const known = this.keys.get(id)
     if (known != null) return known
-    const digest = await sha256.digest(new TextEncoder().encode(`${owner}\n${key}`))
+    const digest = await sha256.digest(utf8.encode(`${owner}\n${key}`))
     return this.remembered(id, () => new Key(`${this.prefix}/task-keys/${agentSegment(agent)}/${uint8ToString(digest.digest, 'base16')}`))
   }
 
   async put (record: TaskRecord, options?: { signal?: AbortSignal }): Promise<void> {
-    const clean: Record<string, unknown> = { ...record, snapshot: cleanSnapshot(record.snapshot) }
-    if (clean.idempotencyKey === undefined) delete clean.idempotencyKey
-    await this.ds.put(this.taskKey(record.agent, record.snapshot.id), dagCbor.encode(clean), options)
+    // (the record's fixed fields are encoded once, its handler values are not encoded again)
+    await this.ds.put(this.taskKey(record.agent, record.snapshot.id), encodeRecord(record), options)
   }
 
   async get (agent: Did, id: string, options?: { signal?: AbortSignal }): Promise<TaskRecord | undefined> {

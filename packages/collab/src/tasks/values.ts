@@ -29,6 +29,18 @@ export function withoutUndefined (value: unknown, depth = 0): unknown {
   return out
 }
 
+/** The bytes each wire value (a map or list made by `wireValue`) was decoded from */
+const encoded = new WeakMap<object, Uint8Array>()
+
+/**
+ * @internal The DAG-CBOR bytes a value made by `wireValue` was decoded from
+ * (so that storing it does not encode it again); undefined for any other
+ * object
+ */
+export function encodedValue (value: object): Uint8Array | undefined {
+  return encoded.get(value)
+}
+
 /**
  * A handler value as it goes on the wire: its DAG-CBOR bytes and the value
  * decoded from them. Throws `fail(message)` when it cannot be encoded.
@@ -40,5 +52,7 @@ export function wireValue (value: unknown, what: string, fail: (message: string)
   } catch (err: any) {
     throw fail(`${what} is not DAG-CBOR encodable: ${String(err?.message ?? err).slice(0, 200)}`)
   }
-  return { bytes, value: dagCbor.decode(bytes) }
+  const decoded: unknown = dagCbor.decode(bytes)
+  if (typeof decoded === 'object' && decoded !== null) encoded.set(decoded, bytes)
+  return { bytes, value: decoded }
 }

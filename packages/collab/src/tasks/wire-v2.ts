@@ -8,7 +8,7 @@
 import { InvalidEnvelopeError, InvalidTraceError } from '../errors.js'
 import { checkSubmit, isMap, parseTaskRef } from './wire.js'
 import { isTaskState } from './model.js'
-import type { CheckedEnvelope } from '../auth/envelope.js'
+import type { CheckEnvelopeOptions, CheckedEnvelope } from '../auth/envelope.js'
 import type { TaskAuth, TaskError, TaskSnapshot, TaskState } from './model.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -68,7 +68,7 @@ export function checkTrace (raw: unknown): TraceContext {
 }
 
 /** A 2.0.0 `submit` request `{ envelope, body, trace? }`: as version 1's, plus its trace (`ignored`: there was one, not valid) */
-export function checkSubmitV2 (payload: unknown, options: { unsigned?: boolean } = {}): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } {
+export function checkSubmitV2 (payload: unknown, options: CheckEnvelopeOptions = {}): { checked: CheckedEnvelope, rawBody: unknown, trace?: TraceContext, ignored?: true } {
   if (!isMap(payload) || !('trace' in payload)) return checkSubmit(payload, options)
   const { trace, ...rest } = payload
   const read = readTrace(trace)

@@ -11,7 +11,7 @@ import { InvalidEnvelopeError } from '../errors.js'
 import { isTaskState } from './model.js'
 import { isMap } from '../shape.js'
 import type { TaskEvent } from './api.js'
-import type { CheckedEnvelope } from '../auth/envelope.js'
+import type { CheckEnvelopeOptions, CheckedEnvelope } from '../auth/envelope.js'
 import type { TaskError, TaskSnapshot, TaskState } from './model.js'
 import type { Did } from '@ioa/interconnect'
 
@@ -82,7 +82,7 @@ export function checkBody (raw: unknown, maxBytes: number): { body: TaskBody, by
  * for shape and limits (not verified), the body as received; with
  * `unsigned`, a session-mode envelope without `sig` passes (spec 2.6)
  */
-export function checkSubmit (payload: unknown, options: { unsigned?: boolean } = {}): { checked: CheckedEnvelope, rawBody: unknown } {
+export function checkSubmit (payload: unknown, options: CheckEnvelopeOptions = {}): { checked: CheckedEnvelope, rawBody: unknown } {
   if (!isMap(payload)) throw new InvalidEnvelopeError('submit needs a map { envelope, body }')
   const { envelope, body, ...rest } = payload
   if (Object.keys(rest).length > 0) throw new InvalidEnvelopeError(`Unknown submit fields: ${Object.keys(rest).slice(0, 5).join(', ')}`)

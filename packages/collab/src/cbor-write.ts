@@ -1,6 +1,6 @@
 /**
  * A small writer of canonical DAG-CBOR for records whose layout is known
- * (an envelope payload, a stored task): the caller writes map keys in
+ * (an envelope payload, a submit request, a stored task): the caller writes map keys in
  * DAG-CBOR order (length first, then bytewise) and splices in bytes it
  * already has (a token, a result) instead of encoding them again. Heads are
  * in their shortest form (RFC 8949 4.2.1), text is UTF-8. Each user has a

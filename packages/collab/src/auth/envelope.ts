@@ -23,7 +23,6 @@ import {
   EnvelopeExpiredError, InvalidEnvelopeError, InvalidSignatureError, ReplayError, SessionRequiredError, UnauthorizedError
 } from '../errors.js'
 import { nativeCrypto, signWith } from './ed25519.js'
-import { asciiText, cborHead, concatParts } from '../cbor-parts.js'
 import { envelopePayloadBytes, envelopePayloadLength } from './envelope-bytes.js'
 import { ReplayCache } from './replay-cache.js'
 import { isMap } from '../shape.js'
@@ -223,31 +222,13 @@ function checkProof (value: unknown): CheckedToken {
   return checked
 }
 
-/** The payload's keys in DAG-CBOR order (shorter first, then bytewise), as CBOR text strings */
-const PAYLOAD_KEYS = ['v', 'to', 'exp', 'iat', 'body', 'from', 'task', 'nonce', 'skill', 'proofs'] as const
-const KEY_BYTES = new Map(PAYLOAD_KEYS.map(k => [k, asciiText(k) as Uint8Array]))
-
 /**
- * The DAG-CBOR encoding of `payload`, written by hand: its fields are
- * integers and (here always ASCII) strings, its proofs the checked tokens'
- * encodings, so nothing is encoded twice and no generic encoder runs; a
- * payload with a string of other characters is encoded the generic way
+ * The DAG-CBOR encoding of a payload that `checkPayloadFields` accepted,
+ * written around its proofs' checked encodings (`envelope-bytes.ts`, the
+ * same writer a receiver uses): nothing is encoded twice
  */
 function encodePayloadWith (payload: EnvelopePayload, proofs: CheckedToken[]): Uint8Array {
-  const parts: Uint8Array[] = [cborHead(5, PAYLOAD_KEYS.length)]
-  for (const k of PAYLOAD_KEYS) {
-    parts.push(KEY_BYTES.get(k) as Uint8Array)
-    if (k === 'proofs') {
-      parts.push(cborHead(4, proofs.length))
-      for (const p of proofs) parts.push(p.bytes)
-      continue
-    }
-    const value = payload[k]
-    const bytes = typeof value === 'number' ? cborHead(0, value) : asciiText(value)
-    if (bytes == null) return encodePayload(payload)
-    parts.push(bytes)
-  }
-  const out = concatParts(parts)
+  const out = envelopePayloadBytes(payload, proofs.map(p => p.bytes))
   if (out.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
   return out
 }
@@ -360,18 +341,6 @@ function canonicalBodyDigest (body: string): Uint8Array | undefined {
   if (bytes.length !== BODY_CID_PREFIX.length + 32) return undefined
   for (let i = 0; i < BODY_CID_PREFIX.length; i++) if (bytes[i] !== BODY_CID_PREFIX[i]) return undefined
   return bytes.subarray(BODY_CID_PREFIX.length)
-}
-
-/** The payload's DAG-CBOR encoding, within the envelope size limit */
-function encodePayload (payload: EnvelopePayload): Uint8Array {
-  let bytes: Uint8Array
-  try {
-    bytes = dagCbor.encode(payload)
-  } catch (err: any) {
-    throw new InvalidEnvelopeError(`Envelope is not DAG-CBOR encodable: ${err?.message ?? err}`)
-  }
-  if (bytes.byteLength + ENVELOPE_OVERHEAD > ENVELOPE_LIMITS.maxEnvelopeBytes) throw new InvalidEnvelopeError(`Envelope exceeds ${ENVELOPE_LIMITS.maxEnvelopeBytes} bytes`)
-  return bytes
 }
 
 /** @internal Options of `checkEnvelope` */

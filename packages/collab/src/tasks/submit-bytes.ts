@@ -8,18 +8,8 @@
  * `trace`, `envelope`; in the envelope, `sig` then `payload`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { asciiText, concatParts } from '../cbor-parts.js'
+import { encodeWith } from '../cbor-write.js'
 import type { TraceContext } from './wire-v2.js'
-
-/** The keys, as CBOR text strings */
-const key = (name: string): Uint8Array => asciiText(name) as Uint8Array
-const BODY = key('body')
-const TRACE = key('trace')
-const ENVELOPE = key('envelope')
-const SIG = key('sig')
-const PAYLOAD = key('payload')
-/** A byte string of 64 bytes: major type 2, length in the next byte */
-const SIG_HEAD = Uint8Array.of(0x58, 64)
 
 export interface SubmitParts {
   /** DAG-CBOR of the request body */
@@ -34,15 +24,14 @@ export interface SubmitParts {
 
 /** The encoded `submit` request of `parts` */
 export function submitBytes (parts: SubmitParts): Uint8Array {
-  const chunks: Uint8Array[] = [Uint8Array.of(0xa0 | (parts.trace != null ? 3 : 2)), BODY, parts.body]
-  if (parts.trace != null) chunks.push(TRACE, dagCbor.encode(parts.trace))
-  chunks.push(ENVELOPE)
-  if (parts.sig != null) {
-    if (parts.sig.byteLength !== 64) throw new RangeError('An envelope signature is 64 bytes')
-    chunks.push(Uint8Array.of(0xa2), SIG, SIG_HEAD, parts.sig)
-  } else {
-    chunks.push(Uint8Array.of(0xa1))
-  }
-  chunks.push(PAYLOAD, parts.payload)
-  return concatParts(chunks)
+  if (parts.sig != null && parts.sig.byteLength !== 64) throw new RangeError('An envelope signature is 64 bytes')
+  const trace = parts.trace != null ? dagCbor.encode(parts.trace) : undefined
+  return encodeWith(w => {
+    w.head(5, trace != null ? 3 : 2).text('body').raw(parts.body)
+    if (trace != null) w.text('trace').raw(trace)
+    w.text('envelope')
+    if (parts.sig != null) w.head(5, 2).text('sig').head(2, 64).raw(parts.sig)
+    else w.head(5, 1)
+    w.text('payload').raw(parts.payload)
+  })
 }

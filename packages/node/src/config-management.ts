@@ -73,10 +73,8 @@ export type HttpServerConfig = z.output<typeof HttpServerConfig>
 export const HttpConfig = z.unknown().transform((value, ctx): string | HttpServerConfig => {
   const result = typeof value === 'string' ? HttpAddress.safeParse(value) : HttpServerConfig.safeParse(value)
   if (result.success) return result.data
-  for (const issue of result.error.issues) {
-    const message = issue.code === 'unrecognized_keys' ? `unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map(k => `"${k}"`).join(', ')}` : issue.message
-    ctx.addIssue({ code: 'custom', path: issue.path, message })
-  }
+  // the issues as they are (parseConfig words them), under management.http
+  for (const issue of result.error.issues) ctx.addIssue(issue as Parameters<typeof ctx.addIssue>[0])
   return z.NEVER
 })
 

@@ -48,6 +48,11 @@ export class TopologyOverflowError extends withCode(ManagementError, 'TOPOLOGY_O
   static override name = 'TopologyOverflowError'
 }
 
+/** A management agent's grant (`TopologyInit.proofs`) cannot work: addressed to another key, expired, or not granting `ioa.manage.watch`; thrown at start, never on the wire */
+export class InvalidGrantError extends withCode(ManagementError, 'INVALID_GRANT', 'The management agent\'s grant cannot be used') {
+  static override name = 'InvalidGrantError'
+}
+
 const FAMILY = new ErrorFamily<ManagementError>(ManagementError).register(
   NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError, TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError
 )

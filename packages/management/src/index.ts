@@ -36,7 +36,7 @@ export type {
 } from './protocol/client.js'
 export {
   ManagementError, NotOperatorError, WrongAudienceError, NoOperatorError, BadManagementRequestError,
-  TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError, fromRemote
+  TooManyWatchesError, InvalidNodeSnapshotError, TopologyOverflowError, InvalidGrantError, fromRemote
 } from './errors.js'
 export { createTopology, TOPOLOGY_DEFAULTS } from './topology/topology.js'
 export type { Topology, TopologyInit } from './topology/topology.js'

@@ -113,6 +113,38 @@ describe('the management HTTP server', () => {
     expect((await call(s.url, '/api/v1/echo', { headers: { cookie: `${cookie}x` } })).status).toBe(401)
   })
 
+  it('the login URL logs in once: a second use gets 401 LOGIN_USED and no cookie (a page for a browser); the session and the Bearer token go on', async () => {
+    const s = await server()
+    const login = new URL(s.loginUrl)
+    const path = `${login.pathname}${login.search}`
+    const first = await call(s.url, path)
+    expect(first.status).toBe(303)
+    const cookie = String(first.headers['set-cookie']).split(';')[0]
+
+    const again = await call(s.url, path)
+    expect(again.status).toBe(401)
+    expect(codeOf(again)).toBe('LOGIN_USED')
+    expect(again.headers['set-cookie']).toBeUndefined()
+    // a browser (Accept: text/html) gets a page that says so
+    const page = await call(s.url, path, { headers: { accept: 'text/html,application/xhtml+xml;q=0.9,*/*;q=0.8' } })
+    expect(page.status).toBe(401)
+    expect(page.headers['content-type']).toBe('text/html; charset=utf-8')
+    expect(page.body).toContain('LOGIN_USED')
+    expect(page.body).toContain('used already')
+    expect(page.headers['set-cookie']).toBeUndefined()
+    // a wrong token is still UNAUTHORIZED, not LOGIN_USED
+    expect(codeOf(await call(s.url, '/login?token=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA'))).toBe('UNAUTHORIZED')
+
+    // the browser that logged in goes on: its cookie works, and the link takes it to the page without a new cookie
+    expect((await call(s.url, '/api/v1/echo', { headers: { cookie } })).status).toBe(200)
+    const back = await call(s.url, path, { headers: { cookie } })
+    expect(back.status).toBe(303)
+    expect(back.headers.location).toBe('/')
+    expect(back.headers['set-cookie']).toBeUndefined()
+    // API clients keep the token as Bearer
+    expect((await call(s.url, '/api/v1/echo', { headers: { authorization: `Bearer ${s.token}` } })).status).toBe(200)
+  })
+
   it('refuses requests from another origin with 403, even with the cookie', async () => {
     const s = await server()
     const port = new URL(s.url).port

@@ -5,6 +5,7 @@ import { constraintPolicy } from '@ioa/collab'
 import { withApprovalRules } from './approvals.js'
 import { parseConfig } from './config.js'
 import { domainKeySource } from './domain-key.js'
+import { managementOf } from './config-management.js'
 import type { NodeConfig, TasksConfig } from './config.js'
 import type { DomainKeyOptions } from './domain-key.js'
 import type { IoaNodeInit } from './ioa-node.js'
@@ -63,7 +64,7 @@ export function initFromConfig (config: NodeConfig | unknown, options: DomainKey
       ...(c.tasks?.requireEnvelope != null ? { session: { requireEnvelope: c.tasks.requireEnvelope } } : {}),
       ...(c.tasks?.auth != null ? { auth: c.tasks.auth } : {})
     },
-    ...(c.management != null ? { management: { ...c.management } } : {}),
+    ...(c.management != null ? { management: managementOf(c.management) } : {}),
     ...(c.gateway != null
       ? {
           gateway: {

@@ -8,8 +8,9 @@ import { MAX_CARDS_PER_LIST, SkillSchema } from '@ioa/interconnect'
 import { MESSAGING_DEFAULTS } from '@ioa/transport'
 import { z } from 'zod'
 import { substituteEnv } from './config-env.js'
-import { CapabilityString, DidString, HttpAddress, ListenAddr, MAX_TIMER_MS, PeerAddr, PeerIdString, duration } from './config-fields.js'
+import { CapabilityString, DidString, ListenAddr, MAX_TIMER_MS, PeerAddr, PeerIdString, duration } from './config-fields.js'
 import { ConfigError } from './errors.js'
+import { GrantFields, HttpConfig } from './config-management.js'
 
 export { ConfigError }
 
@@ -164,17 +165,25 @@ const TracingConfig = z.object({
 const ManagementConfig = z.object({
   /**
    * Where the management HTTP server listens (`host:port`; an IPv6 host in
-   * brackets; port 0 picks a free one): `/metrics` and the operator's API
+   * brackets; port 0 picks a free one): `/metrics` and the operator's API;
+   * or `{ listen, allowedHosts, maxConnections, …, dashboard: { maxEvents, … } }`
+   * with the server's and the dashboard's limits (config-management.ts)
    * @default undefined (no HTTP server; metrics are still collected)
    */
-  http: HttpAddress.optional(),
+  http: HttpConfig.optional(),
   /** `agent`: this node is a management agent that aggregates its domain's snapshots @default undefined (a plain node) */
   role: z.enum(['agent']).optional(),
   /** The operator's did:key: delegations for `ioa.manage.*` must come from it @default undefined */
   operator: DidString.optional(),
   /** Traces of the node's tasks (spec/management.md 3), exported over OTLP/HTTP @default undefined (no tracing: the OpenTelemetry SDK is not loaded) */
-  tracing: TracingConfig.optional()
-}).strict()
+  tracing: TracingConfig.optional(),
+  ...GrantFields
+}).strict().superRefine((m, ctx) => {
+  for (const field of ['proofs', 'proofsFile'] as const) {
+    if (m[field] != null && m.role !== 'agent') ctx.addIssue({ code: 'custom', path: [field], message: 'a management agent\'s grant: only with role "agent"' })
+  }
+  if (m.proofs != null && m.proofsFile != null) ctx.addIssue({ code: 'custom', path: ['proofsFile'], message: 'give the grant as proofs or proofsFile, not both' })
+})
 
 /** The interconnect's cache bounds: discovery results, routes, card bytes, ranking history */
 const InterconnectLimits = z.object({
@@ -334,6 +343,7 @@ export function resolvePaths (config: NodeConfig, baseDir: string): NodeConfig {
   const out: NodeConfig = { ...config }
   if (out.dataDir != null) out.dataDir = resolve(baseDir, out.dataDir)
   if (out.domainPskFile != null) out.domainPskFile = resolve(baseDir, out.domainPskFile)
+  if (out.management?.proofsFile != null) out.management = { ...out.management, proofsFile: resolve(baseDir, out.management.proofsFile) }
   if (out.keyStore?.passphraseFile != null) out.keyStore = { ...out.keyStore, passphraseFile: resolve(baseDir, out.keyStore.passphraseFile) }
   if (out.agents != null) {
     out.agents = out.agents.map(a => ({

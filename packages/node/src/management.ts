@@ -9,7 +9,8 @@ import type { IoaNode } from './ioa-node.js'
 import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
-import type { Dashboard, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer, Tracing, TracingInit } from '@ioa/management'
+import type { Dashboard, DashboardInit, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer, ManagementServerInit, Tracing, TracingInit } from '@ioa/management'
+import type { Token } from '@ioa/collab'
 import type { TransportNodeInit } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
 
@@ -35,8 +36,31 @@ export interface IoaManagementInit {
    * @default []
    */
   allowedHosts?: string[]
+  /**
+   * Limits of the HTTP server (spec/management.md 2.5): connections at once
+   * and per remote address, body and head sizes, timeouts
+   *
+   * @default the server's (`HTTP_DEFAULTS` of @ioa/management)
+   */
+  httpLimits?: Pick<ManagementServerInit, 'maxConnections' | 'maxConnectionsPerAddress' | 'maxRequestBytes' | 'maxHeaderBytes' | 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout'>
+  /**
+   * Limits of the dashboard's timeline (spec/management.md 2.5): entries
+   * held, entries per answer, longest wait, readers waiting at once
+   *
+   * @default the dashboard's (`DASHBOARD_DEFAULTS` of @ioa/management)
+   */
+  dashboard?: Pick<DashboardInit, 'maxEvents' | 'maxBatch' | 'maxWait' | 'maxWaits'>
   /** `agent`: the node aggregates its domain's snapshots @default undefined */
   role?: 'agent'
+  /**
+   * With `role: 'agent'`: the operator's grant of `ioa.manage.*` to this
+   * node's key (its did:key), leaf first; none when the node key is the
+   * operator's own. Addressed to another key, not granting
+   * `ioa.manage.watch`, or expired: the start fails with `InvalidGrantError`
+   *
+   * @default []
+   */
+  proofs?: Token[]
   /** The operator's did:key @default undefined */
   operator?: string
   /**
@@ -111,16 +135,16 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
   let dashboard: Dashboard | undefined
   try {
     if (init.operator != null || init.role === 'agent') {
-      plane = p.module.createManagement({ operator: init.operator, role: init.role ?? 'node' })
+      plane = p.module.createManagement({ operator: init.operator, role: init.role ?? 'node', ...(init.proofs != null ? { topology: { proofs: init.proofs } } : {}) })
       await plane.start(node)
       log('management protocol served (role %s)', init.role ?? 'node')
     }
     if (init.http != null) {
-      server = await p.module.startManagementServer({ listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
+      server = await p.module.startManagementServer({ ...init.httpLimits, listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
       server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
       // the topology of a management agent: the config's (`role: 'agent'`) or a management layer the node was given
       const topology = (): ManagementLayer['topology'] => plane?.topology ?? (node.layer?.('management') as ManagementLayer | undefined)?.topology
-      dashboard = await p.module.serveDashboard(server, node, { log, topology: () => topology()?.snapshot(), onSubmitted: metrics.onSubmitted })
+      dashboard = await p.module.serveDashboard(server, node, { ...init.dashboard, log, topology: () => topology()?.snapshot(), onSubmitted: metrics.onSubmitted })
       log('management HTTP server on %s', server.url)
     }
   } catch (err) {

@@ -7,6 +7,7 @@ import { pathToFileURL } from 'node:url'
 import { defaultLogger } from '@libp2p/logger'
 import { programProblem } from './agents/program.js'
 import { ConfigError, parseConfig } from './config.js'
+import { readGrantFile } from './config-management.js'
 import { domainKeySource } from './domain-key.js'
 import { startExternalAgent } from './external-agent.js'
 import { createIoaNode, initFromConfig } from './ioa-node.js'
@@ -131,11 +132,15 @@ export async function startFromConfig (config: NodeConfig | unknown, options: St
       emit('node', 'warning', { text: `the keys in ${init.dataDir} are stored unencrypted (keyStore.insecurePlaintext): test keys only` })
     }
   }
+  // a management agent's grant in a file (management.proofsFile) is read here, where the config's other files are
+  if (c.management?.proofsFile != null && init.management != null) init.management = { ...init.management, proofs: await readGrantFile(c.management.proofsFile) }
   const node = await createIoaNode(init).catch((err) => {
     // a key file that cannot be read or parsed is a config error of its field
     if ((err as Error)?.name === 'InvalidDomainKeyError') throw new ConfigError((err as Error).message, domainKeySource(c, keyOptions)?.field)
     // so is a management address that cannot be listened on (a port taken)
     if ((err as Error)?.name === 'HttpListenError') throw new ConfigError((err as Error).message, 'management.http', { cause: err })
+    // and a management agent's grant that cannot work (another key's, expired)
+    if ((err as Error)?.name === 'InvalidGrantError') throw new ConfigError((err as Error).message, c.management?.proofsFile != null ? 'management.proofsFile' : 'management.proofs', { cause: err })
     throw err
   })
   log = node.logger.forComponent('ioa:node:config')

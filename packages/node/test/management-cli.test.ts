@@ -102,4 +102,40 @@ describe('ioa start --http', () => {
       taken.close()
     }
   }, 60_000)
+
+  it('management.http as an object: --http sets its address and its limits stay (431 past maxHeaderBytes, 400 past the dashboard\'s maxBatch); the login URL works once', async () => {
+    await writeFile(join(dir, 'limits.json'), JSON.stringify({ management: { http: { listen: '127.0.0.1:9', maxHeaderBytes: 1024, dashboard: { maxBatch: 5 } } } }))
+    const { ready } = await start(['--config', 'limits.json', '--http', '127.0.0.1:0'])
+    expect(ready.http).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    expect(ready.http).not.toBe('http://127.0.0.1:9')
+    const token = new URL(ready.login).searchParams.get('token')!
+    const auth = { authorization: `Bearer ${token}` }
+    expect((await fetch(`${ready.http}/metrics`, { headers: { 'x-pad': 'a'.repeat(512) } })).status).toBe(200)
+    expect((await fetch(`${ready.http}/metrics`, { headers: { 'x-pad': 'a'.repeat(2048) } })).status).toBe(431)
+    expect((await fetch(`${ready.http}/api/v1/timeline?limit=5`, { headers: auth })).status).toBe(200)
+    const over = await fetch(`${ready.http}/api/v1/timeline?limit=6`, { headers: auth })
+    expect(over.status).toBe(400)
+    expect((await over.json()).error.code).toBe('BAD_QUERY')
+    // the login URL the ready line names logs in once
+    expect((await fetch(ready.login, { redirect: 'manual' })).status).toBe(303)
+    const again = await fetch(ready.login, { redirect: 'manual' })
+    expect(again.status).toBe(401)
+    expect((await again.json()).error.code).toBe('LOGIN_USED')
+  }, 60_000)
+
+  it('a management agent\'s grant that cannot work (addressed to another key) exits 2 naming management.proofsFile', async () => {
+    const [{ delegate }, { encodeToken }, { createIdentity }] = await Promise.all([import('@ioa/collab'), import('@ioa/collab/wire'), import('@ioa/interconnect')])
+    const operator = await createIdentity()
+    const other = await createIdentity()
+    const grant = await delegate(operator, { audience: other.did, capabilities: [{ skill: 'ioa.manage.*' }], expiresAt: Date.now() + 3_600_000 })
+    await writeFile(join(dir, 'agent.grant'), Buffer.from(encodeToken(grant)).toString('base64url') + '\n')
+    await writeFile(join(dir, 'agent.json'), JSON.stringify({ management: { role: 'agent', operator: operator.did, proofsFile: 'agent.grant' } }))
+    const child = spawn(process.execPath, [BIN, 'start', '--json', '--config', 'agent.json'], { cwd: dir, env: { ...process.env, IOA_HOME: dir }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
+    const [code] = await once(child, 'exit') as [number]
+    expect(code, stderr).toBe(2)
+    const error = JSON.parse(stderr.trim().split('\n').at(-1)!).error
+    expect(error).toMatchObject({ code: 'INVALID_CONFIG', field: 'management.proofsFile', message: expect.stringContaining(other.did) })
+  }, 60_000)
 })

@@ -49,15 +49,18 @@ export type TimelineEntry = TaskEntry | ConversationEntry
 /** An entry before it is numbered */
 export type NewEntry = Omit<TaskEntry, 'seq'> | Omit<ConversationEntry, 'seq'>
 
-/** The timeline entry of an executor event */
+/** The timeline entry of an executor event (one object literal per kind: no spread on the task path) */
 export function taskEntry (e: ExecutorEvent): Omit<TaskEntry, 'seq'> {
-  if (e.type === 'task-refused') {
-    return { at: e.at, kind: 'task', side: 'server', type: 'refused', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, code: e.code }
+  switch (e.type) {
+    case 'task-refused':
+      return { at: e.at, kind: 'task', side: 'server', type: 'refused', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, code: e.code }
+    case 'task-started':
+      return { at: e.at, kind: 'task', side: 'server', type: 'started', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller }
+    case 'task-completed':
+      return { at: e.at, kind: 'task', side: 'server', type: 'completed', skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, duration: e.duration }
+    default:
+      return { at: e.at, kind: 'task', side: 'server', type: e.state, skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller, duration: e.duration, code: e.error?.code }
   }
-  const base = { at: e.at, kind: 'task' as const, side: 'server' as const, skill: e.skill, taskId: e.taskId, agent: e.agent, caller: e.caller }
-  if (e.type === 'task-started') return { ...base, type: 'started' }
-  if (e.type === 'task-completed') return { ...base, type: 'completed', duration: e.duration }
-  return { ...base, type: e.state, duration: e.duration, code: e.error?.code }
 }
 
 interface Waiter {
@@ -65,14 +68,17 @@ interface Waiter {
   wake: () => void
 }
 
-/** Entries numbered from 1, the last `max` held */
+/** Entries numbered from 1, the last `max` held (a ring: a push costs the same however many are held) */
 export class Timeline {
-  private readonly entries: TimelineEntry[] = []
+  /** Entry number `n` is at `(n - 1) % max` while held */
+  private readonly ring: Array<TimelineEntry | undefined>
   private readonly waiters = new Set<Waiter>()
   private last = 0
   private closed = false
 
-  constructor (private readonly max: number) {}
+  constructor (private readonly max: number) {
+    this.ring = new Array<TimelineEntry | undefined>(max)
+  }
 
   /** The number of the newest entry (0: none yet) */
   get seq (): number {
@@ -84,11 +90,14 @@ export class Timeline {
     return this.waiters.size
   }
 
+  /** Number `entry` and hold it (the object itself: the caller makes a new one per entry) */
   push (entry: NewEntry): void {
     if (this.closed) return
-    this.entries.push({ ...entry, seq: ++this.last } as TimelineEntry)
-    if (this.entries.length > this.max) this.entries.splice(0, this.entries.length - this.max)
-    for (const w of this.waiters) if (this.last > w.after) w.wake()
+    const seq = ++this.last
+    const numbered = entry as TimelineEntry
+    numbered.seq = seq
+    this.ring[(seq - 1) % this.max] = numbered
+    for (const w of this.waiters) if (seq > w.after) w.wake()
   }
 
   /**
@@ -98,9 +107,10 @@ export class Timeline {
    */
   read (after: number, limit: number): TimelineEntry[] {
     const from = after > this.last ? 0 : after
-    const first = this.entries[0]?.seq ?? this.last + 1
-    const start = Math.max(0, from + 1 - first)
-    return this.entries.slice(start, start + limit)
+    const first = Math.max(1, this.last - this.max + 1)
+    const out: TimelineEntry[] = []
+    for (let n = Math.max(from + 1, first); n <= this.last && out.length < limit; n++) out.push(this.ring[(n - 1) % this.max] as TimelineEntry)
+    return out
   }
 
   /** Resolves when an entry after `after` exists, `ms` passed, or the timeline closed */

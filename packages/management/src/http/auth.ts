@@ -2,7 +2,7 @@
  * The operator's authority on the management HTTP server
  * (spec/management.md 2.2): a random token made when the server starts,
  * shown once in the login URL `ioa start` prints; the login URL exchanges
- * it for a session cookie (for the page), and the API also takes it as
+ * it for a session cookie (for the page) once only, and the API takes it as
  * `Authorization: Bearer <token>`. Tokens and cookies are compared in
  * constant time.
  */
@@ -34,12 +34,17 @@ function cookie (header: string | undefined, name: string): string | undefined {
   return undefined
 }
 
+/** What a login with a token came to: a new session, a link used before, or a wrong token */
+export type LoginResult = 'session' | 'used' | 'wrong'
+
 /** The operator's token and the session it is exchanged for */
 export class OperatorAuth {
   readonly token: string
   private readonly tokenDigest: Buffer
   private readonly session: string
   private readonly sessionDigest: Buffer
+  /** The login link was used: it gave its one session cookie */
+  private loggedIn = false
 
   constructor (token: string = newSecret()) {
     if (typeof token !== 'string' || !/^[A-Za-z0-9_-]{32,128}$/.test(token)) throw new TypeError('The operator token must be 32-128 base64url characters')
@@ -50,15 +55,28 @@ export class OperatorAuth {
   }
 
   /** Is this the operator's token? */
-  isToken (given: string | null | undefined): boolean {
+  private isToken (given: string | null | undefined): boolean {
     return same(given ?? undefined, this.tokenDigest)
+  }
+
+  /** A login with `given` (the login URL's token): a session the first time only (`used` after) */
+  login (given: string | null | undefined): LoginResult {
+    if (!this.isToken(given)) return 'wrong'
+    if (this.loggedIn) return 'used'
+    this.loggedIn = true
+    return 'session'
+  }
+
+  /** Do the request's headers carry the session cookie? */
+  hasSession (headers: IncomingMessage['headers']): boolean {
+    return same(cookie(headers.cookie, SESSION_COOKIE), this.sessionDigest)
   }
 
   /** Does the request carry the operator's authority (bearer token or session cookie)? */
   authorized (req: IncomingMessage): boolean {
     const auth = req.headers.authorization
     if (auth != null && /^Bearer /i.test(auth)) return same(auth.slice(7).trim(), this.tokenDigest)
-    return same(cookie(req.headers.cookie, SESSION_COOKIE), this.sessionDigest)
+    return this.hasSession(req.headers)
   }
 
   /** The `Set-Cookie` header of a login */

@@ -110,6 +110,8 @@ export interface RouteRequest {
   readonly url: URL
   readonly headers: IncomingMessage['headers']
   readonly body?: Uint8Array
+  /** The remote address of the request's connection (for log lines) */
+  readonly remoteAddress?: string
 }
 
 export type RouteHandler = (req: RouteRequest) => RouteResponse | Promise<RouteResponse>
@@ -200,8 +202,13 @@ export async function startManagementServer (init: ManagementServerInit): Promis
   routes.set('GET /login', {
     access: 'public',
     handler: (req) => {
-      if (!auth.isToken(req.url.searchParams.get('token'))) return refusalResponse(REFUSALS.unauthorized)
-      return { status: 303, headers: { location: '/', 'set-cookie': auth.sessionCookie() }, body: '' }
+      // the link logs in once: a second use gets no cookie (a browser that holds the session goes on to the page)
+      const result = auth.login(req.url.searchParams.get('token'))
+      if (result === 'session') return { status: 303, headers: { location: '/', 'set-cookie': auth.sessionCookie() }, body: '' }
+      if (result === 'used' && auth.hasSession(req.headers)) return { status: 303, headers: { location: '/' }, body: '' }
+      const refusal = result === 'used' ? REFUSALS.loginUsed : REFUSALS.unauthorized
+      log('refused a login from %s: %s', req.remoteAddress, refusal.code)
+      return loginRefusal(refusal, req.headers.accept)
     }
   })
 
@@ -242,7 +249,7 @@ export async function startManagementServer (init: ManagementServerInit): Promis
     const body = method === 'POST' ? await readBody(req, limits.maxRequestBytes) : undefined
     if (body === null) { refuse(req, res, REFUSALS.tooLarge); return }
     if (method !== 'POST') req.resume()
-    send(res, await route.handler({ method, url: target, headers: req.headers, body }), req.method === 'HEAD')
+    send(res, await route.handler({ method, url: target, headers: req.headers, body, remoteAddress: req.socket.remoteAddress }), req.method === 'HEAD')
   }
 
   log('listening on %s (/metrics %s)', url, loopback ? 'open on loopback' : 'behind the token: not a loopback address')
@@ -293,6 +300,14 @@ async function readBody (req: IncomingMessage, max: number): Promise<Uint8Array 
     chunks.push(chunk as Buffer)
   }
   return Buffer.concat(chunks)
+}
+
+/** A refusal of `/login`: a page for a browser (its `Accept` names text/html), else the JSON of every refusal */
+function loginRefusal (r: Refusal, accept: string | undefined): RouteResponse {
+  const json = refusalResponse(r)
+  if (accept == null || !/\btext\/html\b/i.test(accept)) return json
+  const page = `<!doctype html><meta charset="utf-8"><title>ioa: login refused</title><h1>Login refused</h1><p>${r.message.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')}</p><p><code>${r.code}</code></p>`
+  return { ...json, type: 'text/html; charset=utf-8', body: page }
 }
 
 function refusalResponse (r: Refusal): RouteResponse {

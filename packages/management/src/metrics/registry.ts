@@ -23,6 +23,15 @@ export function metricsRegistry (): Registry {
   return shared
 }
 
+/**
+ * How often the event loop's lag is sampled (prom-client's
+ * `eventLoopMonitoringPrecision` of `nodejs_eventloop_lag_*`), ms: the
+ * sampling timer wakes the process that often even when it is idle, and at
+ * prom-client's 10 ms it cost about 3 ms of CPU per second per process, a
+ * task path's metrics' biggest share
+ */
+export const EVENT_LOOP_PRECISION = 100
+
 /** What `libp2pMetrics` returns: libp2p's `metrics` option and the registry it records in */
 export interface Libp2pMetrics {
   /** Pass as libp2p's `metrics` option (`createTransportNode({ metrics })`) */
@@ -41,7 +50,7 @@ export function libp2pMetrics (registry: Registry = metricsRegistry()): Libp2pMe
     metrics: (components) => {
       const collectDefaultMetrics = !withDefaults.has(registry)
       withDefaults.add(registry)
-      return prometheusMetrics({ registry, preserveExistingMetrics: true, collectDefaultMetrics })(components)
+      return prometheusMetrics({ registry, preserveExistingMetrics: true, collectDefaultMetrics, defaultMetrics: { eventLoopMonitoringPrecision: EVENT_LOOP_PRECISION } })(components)
     }
   }
 }

@@ -9,6 +9,7 @@ import { TopologyOverflowError } from '../errors.js'
 import { ManagementCredentials, watchNode } from '../protocol/client.js'
 import { MANAGEMENT_PROTOCOL } from '../protocol/service.js'
 import { peerDid } from '../protocol/snapshot.js'
+import { checkGrant } from './grant.js'
 import { assemble, linkKey, linksOf, nodeOf } from './model.js'
 import type { ManagedNode } from '../protocol/managed-node.js'
 import type { SignedSnapshot } from '../protocol/snapshot.js'
@@ -21,7 +22,8 @@ export interface TopologyInit {
   /**
    * The operator's grant to this node (a token addressed to the node's did
    * granting `ioa.manage.*`, leaf first); none when the node key is the
-   * operator's own
+   * operator's own. Checked at creation: addressed to another key, not
+   * granting `ioa.manage.watch`, or expired throws `InvalidGrantError`
    *
    * @default []
    */
@@ -121,6 +123,7 @@ class DefaultTopology implements Topology {
 
   constructor (private readonly node: ManagedNode, init: TopologyInit = {}, private readonly ownSnapshot?: () => Promise<SignedSnapshot>) {
     this.log = node.logger.forComponent('ioa:management:topology')
+    checkGrant(init.proofs ?? [], node.nodeIdentity.did)
     this.credentials = new ManagementCredentials({ identity: node.nodeIdentity, proofs: init.proofs })
     this.settings = {
       heartbeat: init.heartbeat ?? TOPOLOGY_DEFAULTS.heartbeat,

@@ -4,14 +4,11 @@
  * hold several, separated by white space.
  */
 import { tokenCid } from '@ioa/collab'
-import { TOKEN_LIMITS, decodeToken, encodeToken } from '@ioa/collab/wire'
+import { TOKEN_LIMITS, encodeToken } from '@ioa/collab/wire'
+import { decodeTokenText, tokenWords } from '../token-text.js'
 import { readArgument } from './args.js'
 import { UsageError, oneLine } from './errors.js'
 import type { Token, TokenPayload } from '@ioa/collab'
-
-const BASE64URL = /^[A-Za-z0-9_-]+$/
-/** Characters of the base64url of the largest token */
-const MAX_TOKEN_CHARS = Math.ceil(TOKEN_LIMITS.maxTokenBytes * 4 / 3)
 
 export function tokenToString (token: Token): string {
   return Buffer.from(encodeToken(token)).toString('base64url')
@@ -19,12 +16,8 @@ export function tokenToString (token: Token): string {
 
 /** Decode one token string; throws a usage error with the token's error code */
 export function tokenFromString (text: string, flag: string): Token {
-  const s = text.trim()
-  if (s.length === 0 || s.length > MAX_TOKEN_CHARS || !BASE64URL.test(s)) {
-    throw new UsageError(`${flag}: not a token (base64url of a DAG-CBOR token, at most ${TOKEN_LIMITS.maxTokenBytes} bytes)`, flag, 'INVALID_TOKEN')
-  }
   try {
-    return decodeToken(new Uint8Array(Buffer.from(s, 'base64url')))
+    return decodeTokenText(text)
   } catch (err: any) {
     throw new UsageError(`${flag}: ${oneLine(String(err?.message ?? err))}`, flag, typeof err?.code === 'string' ? err.code : 'INVALID_TOKEN')
   }
@@ -35,7 +28,7 @@ export async function readTokens (values: string[], flag: string, cwd: string): 
   const out: Token[] = []
   for (const v of values) {
     const text = await readArgument(v, flag, cwd)
-    for (const word of text.split(/\s+/).filter(w => w !== '')) {
+    for (const word of tokenWords(text)) {
       out.push(tokenFromString(word, flag))
       if (out.length > TOKEN_LIMITS.maxPool) throw new UsageError(`${flag}: more than ${TOKEN_LIMITS.maxPool} tokens`, flag)
     }

@@ -103,12 +103,15 @@ export async function startConfig (args: Args, cwd: string, env: Record<string, 
     config.gateway = { ...config.gateway, bootstrap: gatewayBootstrap }
   }
   const http = args.string('http')
-  if (http != null) config.management = { ...config.management, http }
+  // --http sets the address; limits the config gives with it (management.http as an object) stay
+  const given = config.management?.http
+  if (http != null) config.management = { ...config.management, http: given != null && typeof given === 'object' ? { ...given, listen: http } : http }
   try {
     return parseConfig(config)
   } catch (err) {
     // the flag's value is checked as the config field it sets
-    if (http != null && (err as { field?: string }).field === 'management.http') throw new UsageError(`--http: ${(err as Error).message.replace(/^Invalid config at "management.http": /, '')}`, '--http')
+    const field = (err as { field?: string }).field
+    if (http != null && (field === 'management.http' || field === 'management.http.listen')) throw new UsageError(`--http: ${(err as Error).message.replace(/^Invalid config at "management.http(\.listen)?": /, '')}`, '--http')
     throw err
   }
 }

@@ -33,7 +33,7 @@ describe('cold start over TCP', () => {
     expect(answer).toEqual({ hello: 'cold' })
   })
 
-  it('a node with no data directory or datastore starts without loading the key loader and keychain, with a fresh identity each time', async () => {
+  it('a node with no data directory or datastore starts without loading the key loader and keychain, LevelDB or the external-agent supervisor, with a fresh identity each time', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ioa-cold-'))
     try {
       const log = join(dir, 'loaded.txt')
@@ -56,6 +56,9 @@ describe('cold start over TCP', () => {
       // the stack itself was loaded (the hook saw it), its key loader not
       expect(loaded).toMatch(/node_modules\/libp2p\//)
       expect(loaded).not.toMatch(/node_modules\/@libp2p\/(config|keychain)\//)
+      // LevelDB is for a data directory, the process supervisor for an external agent
+      expect(loaded).not.toMatch(/node_modules\/(datastore-level|level|classic-level|abstract-level)\//)
+      expect(loaded).not.toMatch(/packages\/node\/dist\/src\/agents\/process\.js/)
     } finally {
       await rm(dir, { recursive: true, force: true })
     }

@@ -396,18 +396,18 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   const { datastore, owned } = await openDatastore(init)
 
   try {
-    // gossipsub's module loads beside the core modules, not after them
-    const [stack, pubsub, loadOrCreateSelfKey] = await Promise.all([
+    // gossipsub's module, the transports' and the domain key load beside the
+    // core modules, not after them: the reads of one overlap the compiling of another
+    const [stack, pubsub, loadOrCreateSelfKey, transports, domainKey] = await Promise.all([
       loadStack(),
       pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined,
-      init.privateKey == null ? loadSelfKeyLoader() : undefined
+      init.privateKey == null ? loadSelfKeyLoader() : undefined,
+      Promise.all(kinds.map(loadTransport)),
+      init.privateNetwork != null ? loadDomainKey(init.privateNetwork) : undefined
     ])
     const { createLibp2p, noise, yamux, bootstrap, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
-    const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     // a node not given its key keeps it in its datastore
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey?.(datastore)
-
-    const transports = await Promise.all(kinds.map(loadTransport))
 
     const peerDiscovery: Array<(components: any) => PeerDiscovery> = []
     if (init.bootstrap != null && init.bootstrap.length > 0) {

@@ -219,6 +219,44 @@ describe('createTransportNode', () => {
     expect(peers).toBeGreaterThan(0)
   })
 
+  it('holds its first DHT self-query while a lookup of its own runs, and runs it once the lookup ends', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()], selfQueryDelay: 100, selfQueryHold: 60_000 })
+    type Internals = { querySelf: { querySelf: () => Promise<void>, peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
+    const { querySelf } = b.services.dht as unknown as Internals
+    // kad-dht's self-query starts its walk (getClosestPeers) without awaiting anything first
+    let selfWalks = 0
+    const walk = querySelf.peerRouting.getClosestPeers.bind(querySelf.peerRouting)
+    querySelf.peerRouting.getClosestPeers = (key, options) => {
+      if (options?.isSelfQuery === true) selfWalks++
+      return walk(key, options)
+    }
+    // when the self-query falls due, did its walk start at once?
+    let due = false
+    let walkedWhenDue: boolean | undefined
+    const scheduled = querySelf.querySelf
+    querySelf.querySelf = async () => {
+      due = true
+      const run = scheduled()
+      walkedWhenDue = selfWalks > 0
+      await run
+    }
+    // a lookup that stays open (its first answer taken, the rest not yet)
+    const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
+    await lookup.next()
+    await until(() => due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    expect(walkedWhenDue).toBe(false)
+    expect(selfWalks).toBe(0)
+    // the lookup ends: the self-query runs
+    await lookup.return?.(undefined)
+    await until(() => selfWalks > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+  })
+
+  it('rejects a selfQueryHold out of range with InvalidArgumentError', async () => {
+    const err = await expectErrorName(createTransportNode({ ...tcpInit(), selfQueryHold: 60_001 }), 'InvalidArgumentError')
+    expect(err.message).toContain('selfQueryHold')
+  })
+
   it('names itself as a provider from its first moment: its own peer record has its addresses as soon as it listens', async () => {
     const a = await makeNode(tcpInit())
     // libp2p's address manager writes them 1 s after start; kad-dht drops a

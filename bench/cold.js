@@ -27,7 +27,8 @@
 //
 // With COLD_BEFORE=<dir> (a built checkout of another version, with
 // bench/cold/ioa-client.js copied in) its client takes turns as well, for
-// `cold.first-result.before` and `cold.import.before` in the same run.
+// `cold.first-result.before` and `cold.import.before` in the same run (and
+// `cold.cpu.*.before` when bench/cold/marks.js is copied in too).
 //
 // Medians over the trials; the two kinds take turns. Run it alone (after
 // `npx tsc -b`) with
@@ -189,6 +190,13 @@ export const coldGroup = {
         row('cold.discover.before', median(beforeRuns.map(r => r.discovered)), 'ms', a2aFirst),
         row('cold.import.before', median(beforeRuns.map(r => r.import)), 'ms', a2aImport)
       )
+      // a before build whose client reports CPU time (this directory's ioa-client.js and marks.js copied in)
+      if (beforeRuns.every(r => r.cpuFirstResult != null)) {
+        rows.push(
+          row('cold.cpu.first-result.before', median(beforeRuns.map(r => r.cpuFirstResult)), 'ms', median(a2aRuns.map(r => r.cpuFirstResult))),
+          row('cold.cpu.import.before', median(beforeRuns.map(r => r.cpuImport)), 'ms', median(a2aRuns.map(r => r.cpuImport)))
+        )
+      }
     }
     return rows
   }

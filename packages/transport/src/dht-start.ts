@@ -17,6 +17,7 @@ interface DhtInternals {
     run?: (key: Uint8Array, query: unknown, options?: { isSelfQuery?: boolean, signal?: AbortSignal }) => AsyncGenerator<unknown>
   }
   querySelf?: { querySelf?: () => Promise<void>, isStarted?: () => boolean }
+  routingTable?: { size?: number, addEventListener?: EventTarget['addEventListener'], removeEventListener?: EventTarget['removeEventListener'] }
 }
 
 /**
@@ -45,15 +46,19 @@ export function releaseFirstQueries (dht: KadDHT): void {
  * pings each new peer it hears of before taking it into the routing table:
  * about ten new connections at once, whose handshakes, on a machine whose
  * cores are busy, took the CPU of a newcomer's first lookup still running
- * after its first second. Later self-queries (every 5 minutes) are not held.
- * `maxHold` 0 leaves the first self-query unheld.
+ * after its first second. A self-query due before the routing table has a
+ * peer (a start slower than `selfQueryDelay`) waits for that peer first, as
+ * kad-dht's own query would, and then for the lookups that waited for it
+ * too. Later self-queries (every 5 minutes) are not held. `maxHold` 0
+ * leaves the first self-query unheld.
  */
 export function holdFirstSelfQuery (dht: KadDHT, maxHold: number): void {
   if (maxHold === 0) return
-  const { queryManager: manager, querySelf } = dht as unknown as DhtInternals
+  const { queryManager: manager, querySelf, routingTable: table } = dht as unknown as DhtInternals
   const run = manager?.run
   const first = querySelf?.querySelf
-  if (manager == null || typeof run !== 'function' || querySelf == null || typeof first !== 'function') {
+  if (manager == null || typeof run !== 'function' || querySelf == null || typeof first !== 'function' ||
+    typeof table?.size !== 'number' || typeof table.addEventListener !== 'function' || typeof table.removeEventListener !== 'function') {
     log('kad-dht has no query manager or self-query where expected; the first self-query is not held for lookups')
     return
   }
@@ -70,21 +75,34 @@ export function holdFirstSelfQuery (dht: KadDHT, maxHold: number): void {
       }
     }
   }
+  /** Resolve when `ready()` holds (checked now and on `subscribe`'s wake-ups), or at `deadline` */
+  const until = async (ready: () => boolean, subscribe: (wake: () => void) => () => void, deadline: number): Promise<void> => {
+    if (ready()) return
+    await new Promise<void>(resolve => {
+      const finish = (): void => {
+        clearTimeout(timer)
+        unsubscribe()
+        resolve()
+      }
+      const timer = setTimeout(finish, Math.max(0, deadline - Date.now()))
+      timer.unref?.()
+      const unsubscribe = subscribe(() => { if (ready()) finish() })
+    })
+  }
   querySelf.querySelf = async () => {
     // only the first one is held; the next runs as kad-dht schedules it
     querySelf.querySelf = first
+    const deadline = Date.now() + maxHold
+    await until(() => (table.size ?? 0) > 0, wake => {
+      table.addEventListener?.('peer:add', wake)
+      return () => { table.removeEventListener?.('peer:add', wake) }
+    }, deadline)
     if (running > 0) {
       log('holding the first DHT self-query until %d lookup(s) of this node end (at most %d ms)', running, maxHold)
-      await new Promise<void>(resolve => {
-        const done = (): void => {
-          clearTimeout(timer)
-          idle.delete(done)
-          resolve()
-        }
-        const timer = setTimeout(done, maxHold)
-        timer.unref?.()
-        idle.add(done)
-      })
+      await until(() => running === 0, wake => {
+        idle.add(wake)
+        return () => { idle.delete(wake) }
+      }, deadline)
     }
     // stopped meanwhile: kad-dht's own check skips the query
     await first()

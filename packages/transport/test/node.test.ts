@@ -252,6 +252,35 @@ describe('createTransportNode', () => {
     await until(() => selfWalks > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
   })
 
+  it('holds a first DHT self-query that fell due before the routing table had a peer for the lookups that waited for that peer too', async () => {
+    const a = await makeNode(tcpInit())
+    // no bootstrap peer: the self-query falls due (at once) with an empty routing table and no lookup running
+    const b = await makeNode({ ...tcpInit(), selfQueryDelay: 0, selfQueryHold: 60_000 })
+    type Internals = { querySelf: { querySelf: () => Promise<void>, peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
+    const { querySelf } = b.services.dht as unknown as Internals
+    let selfWalks = 0
+    const walk = querySelf.peerRouting.getClosestPeers.bind(querySelf.peerRouting)
+    querySelf.peerRouting.getClosestPeers = (key, options) => {
+      if (options?.isSelfQuery === true) selfWalks++
+      return walk(key, options)
+    }
+    let due = false
+    const scheduled = querySelf.querySelf
+    querySelf.querySelf = async () => {
+      due = true
+      await scheduled()
+    }
+    await until(() => due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    // a lookup starts, both wait for a first peer, which comes
+    const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
+    const next = lookup.next()
+    await b.dial(a.getMultiaddrs()[0])
+    await next
+    expect(selfWalks).toBe(0)
+    await lookup.return?.(undefined)
+    await until(() => selfWalks > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+  })
+
   it('rejects a selfQueryHold out of range with InvalidArgumentError', async () => {
     const err = await expectErrorName(createTransportNode({ ...tcpInit(), selfQueryHold: 60_001 }), 'InvalidArgumentError')
     expect(err.message).toContain('selfQueryHold')

@@ -219,66 +219,62 @@ describe('createTransportNode', () => {
     expect(peers).toBeGreaterThan(0)
   })
 
-  it('holds its first DHT self-query while a lookup of its own runs, and runs it once the lookup ends', async () => {
-    const a = await makeNode(tcpInit())
-    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()], selfQueryDelay: 100, selfQueryHold: 60_000 })
+  /**
+   * Watch a node's first DHT self-query: `walks` counts the walks it starts
+   * (kad-dht's self-query starts its walk, getClosestPeers, without awaiting
+   * anything first), `due` tells it fell due and `walkedWhenDue` whether its
+   * walk started at once
+   */
+  function watchSelfQuery (node: TransportNode): { walks: () => number, due: () => boolean, walkedWhenDue: () => boolean | undefined } {
     type Internals = { querySelf: { querySelf: () => Promise<void>, peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
-    const { querySelf } = b.services.dht as unknown as Internals
-    // kad-dht's self-query starts its walk (getClosestPeers) without awaiting anything first
-    let selfWalks = 0
+    const { querySelf } = node.services.dht as unknown as Internals
+    let walks = 0
     const walk = querySelf.peerRouting.getClosestPeers.bind(querySelf.peerRouting)
     querySelf.peerRouting.getClosestPeers = (key, options) => {
-      if (options?.isSelfQuery === true) selfWalks++
+      if (options?.isSelfQuery === true) walks++
       return walk(key, options)
     }
-    // when the self-query falls due, did its walk start at once?
     let due = false
     let walkedWhenDue: boolean | undefined
     const scheduled = querySelf.querySelf
     querySelf.querySelf = async () => {
       due = true
       const run = scheduled()
-      walkedWhenDue = selfWalks > 0
+      walkedWhenDue = walks > 0
       await run
     }
+    return { walks: () => walks, due: () => due, walkedWhenDue: () => walkedWhenDue }
+  }
+
+  it('holds its first DHT self-query while a lookup of its own runs, and runs it once the lookup ends', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()], selfQueryDelay: 100, selfQueryHold: 60_000 })
+    const self = watchSelfQuery(b)
     // a lookup that stays open (its first answer taken, the rest not yet)
     const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
     await lookup.next()
-    await until(() => due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
-    expect(walkedWhenDue).toBe(false)
-    expect(selfWalks).toBe(0)
+    await until(self.due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    expect(self.walkedWhenDue()).toBe(false)
+    expect(self.walks()).toBe(0)
     // the lookup ends: the self-query runs
     await lookup.return?.(undefined)
-    await until(() => selfWalks > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+    await until(() => self.walks() > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
   })
 
   it('holds a first DHT self-query that fell due before the routing table had a peer for the lookups that waited for that peer too', async () => {
     const a = await makeNode(tcpInit())
     // no bootstrap peer: the self-query falls due (at once) with an empty routing table and no lookup running
     const b = await makeNode({ ...tcpInit(), selfQueryDelay: 0, selfQueryHold: 60_000 })
-    type Internals = { querySelf: { querySelf: () => Promise<void>, peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
-    const { querySelf } = b.services.dht as unknown as Internals
-    let selfWalks = 0
-    const walk = querySelf.peerRouting.getClosestPeers.bind(querySelf.peerRouting)
-    querySelf.peerRouting.getClosestPeers = (key, options) => {
-      if (options?.isSelfQuery === true) selfWalks++
-      return walk(key, options)
-    }
-    let due = false
-    const scheduled = querySelf.querySelf
-    querySelf.querySelf = async () => {
-      due = true
-      await scheduled()
-    }
-    await until(() => due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    const self = watchSelfQuery(b)
+    await until(self.due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
     // a lookup starts, both wait for a first peer, which comes
     const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
     const next = lookup.next()
     await b.dial(a.getMultiaddrs()[0])
     await next
-    expect(selfWalks).toBe(0)
+    expect(self.walks()).toBe(0)
     await lookup.return?.(undefined)
-    await until(() => selfWalks > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+    await until(() => self.walks() > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
   })
 
   it('rejects a selfQueryHold out of range with InvalidArgumentError', async () => {

@@ -20,6 +20,19 @@ interface DhtInternals {
   routingTable?: { size?: number, addEventListener?: EventTarget['addEventListener'], removeEventListener?: EventTarget['removeEventListener'] }
 }
 
+/** The lookup counters of the DHTs whose first self-query is held */
+const lookups = new WeakMap<object, () => () => void>()
+
+/**
+ * Tell the DHT of a node that a lookup of the node's own runs outside
+ * kad-dht (a discovery that asks its peers before it walks the DHT): its
+ * first self-query waits for it as for the DHT's own queries. Returns the
+ * function that ends it (once); a no-op when the self-query is not held.
+ */
+export function lookupStarted (dht: KadDHT): () => void {
+  return lookups.get(dht)?.() ?? (() => {})
+}
+
 /**
  * kad-dht holds every query until its first self-query has ended, not only
  * until the routing table has a peer (which it also waits for, and keeps
@@ -64,15 +77,24 @@ export function holdFirstSelfQuery (dht: KadDHT, maxHold: number): void {
   }
   let running = 0
   const idle = new Set<() => void>()
+  const enter = (): () => void => {
+    running++
+    let left = false
+    return () => {
+      if (left) return
+      left = true
+      if (--running === 0) {
+        for (const wake of idle) wake()
+      }
+    }
+  }
+  lookups.set(dht, enter)
   manager.run = async function * (key, query, options) {
-    const counted = options?.isSelfQuery !== true
-    if (counted) running++
+    const leave = options?.isSelfQuery !== true ? enter() : undefined
     try {
       yield * run.call(manager, key, query, options)
     } finally {
-      if (counted && --running === 0) {
-        for (const wake of idle) wake()
-      }
+      leave?.()
     }
   }
   /** Resolve when `ready()` holds (checked now and on `subscribe`'s wake-ups), or at `deadline` */

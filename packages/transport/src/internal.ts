@@ -10,7 +10,10 @@
  * - {@link BoundedMap}: a map bounded in entries and total weight, least
  *   recently used first out, counting its evictions (the caches of the
  *   interconnect).
+ * - {@link lookupStarted}: a lookup of the node runs (the first DHT
+ *   self-query waits for it; spec/transport.md 1, joining).
  */
 export { TokenBuckets } from './rate-limit.js'
+export { lookupStarted } from './dht-start.js'
 export { BoundedMap } from './bounded-map.js'
 export type { BoundedMapInit } from './bounded-map.js'

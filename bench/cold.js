@@ -17,10 +17,18 @@
 //   complete, ranked `node.discover()`.
 // - `cold.import`: the import of @ioa/node in a fresh process, against the
 //   import of the A2A SDK client.
+// - `cold.cpu.first-result`, `cold.cpu.import`: the CPU time (user + system)
+//   of the trial process over the same spans, against the A2A client's: less
+//   sensitive than wall-clock times to other processes on a loaded machine.
+// - `cold.modules.first-result`, `cold.modules.import`: the modules the
+//   process loads after the import until the first result, and in the
+//   import, counted in one more trial of each kind run with a module hook
+//   (bench/cold/count-modules.js; untimed): independent of the load.
 //
 // With COLD_BEFORE=<dir> (a built checkout of another version, with
 // bench/cold/ioa-client.js copied in) its client takes turns as well, for
-// `cold.first-result.before` and `cold.import.before` in the same run.
+// `cold.first-result.before` and `cold.import.before` in the same run (and
+// `cold.cpu.*.before` when bench/cold/marks.js is copied in too).
 //
 // Medians over the trials; the two kinds take turns. Run it alone (after
 // `npx tsc -b`) with
@@ -28,6 +36,9 @@
 //   node --import ./scripts/polyfill.js bench/index.js --group cold [--quick]
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { createIoaNode } from '@ioa/node'
 import { startChild } from './child.js'
@@ -46,8 +57,8 @@ const PROFILES = { default: { trials: 9 }, quick: { trials: 5 } }
 const here = (file) => fileURLToPath(new URL(file, import.meta.url))
 
 /** Run `node [execArgv] file ...args` (`file` relative to this directory, or absolute), resolve with the parsed last stdout line */
-async function runChild (file, args, execArgv = process.execArgv) {
-  const child = spawn(process.execPath, [...execArgv, file.startsWith('/') ? file : here(file), ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+async function runChild (file, args, execArgv = process.execArgv, env = process.env) {
+  const child = spawn(process.execPath, [...execArgv, file.startsWith('/') ? file : here(file), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (d) => { stdout += d })
@@ -57,6 +68,20 @@ async function runChild (file, args, execArgv = process.execArgv) {
   clearTimeout(timer)
   if (code !== 0) throw new Error(`${file} exited with ${code}: ${stderr.slice(-2000)}`)
   return JSON.parse(stdout.trim().split('\n').pop())
+}
+
+/**
+ * One untimed trial of a client with the module counter preloaded
+ * (bench/cold/count-modules.js): its `modulesImport` and `modulesFirstResult`
+ */
+async function countModules (file, args) {
+  const dir = await mkdtemp(join(tmpdir(), 'ioa-cold-modules-'))
+  try {
+    const env = { ...process.env, COLD_MODULES: join(dir, 'modules.txt') }
+    return await runChild(file, args, ['--import', here('./cold/count-modules.js'), ...process.execArgv], env)
+  } finally {
+    await rm(dir, { recursive: true, force: true })
+  }
 }
 
 /** The A2A server in its own process (bench/child.js); resolves with its URL and a stop function */
@@ -104,6 +129,8 @@ export const coldGroup = {
     const a2aRuns = []
     const before = process.env.COLD_BEFORE
     const failures = {}
+    /** The untimed counting trials' answers, per kind */
+    const counted = {}
     try {
       progress(`${trials} trials of each kind, taking turns`)
       for (let t = 0; t < trials; t++) {
@@ -133,6 +160,9 @@ export const coldGroup = {
         const last = got.ioa
         progress(`trial ${t + 1}: ioa ${ms('ioa')}${last != null ? ` (started ${last.started.toFixed(0)}, joined ${last.joined?.toFixed(0)}, discovered ${last.discovered.toFixed(0)})` : ''}, first-found ${ms('first-found')}, a2a ${ms('a2a')}${before != null ? `, before ${ms('before')}` : ''}`)
       }
+      progress('one more trial of each kind, counting the modules loaded')
+      counted.ioa = await countModules('./cold/ioa-client.js', [nodes[0].addresses()[0], CAPABILITY])
+      counted.a2a = await countModules('./cold/a2a-client.js', [a2a.url])
     } finally {
       await a2a.stop()
       for (const n of nodes) await n.stop()
@@ -147,7 +177,11 @@ export const coldGroup = {
       row('cold.join', median(ioaRuns.map(r => r.joined ?? NaN)), 'ms', a2aFirst),
       row('cold.discover', median(ioaRuns.map(r => r.discovered)), 'ms', a2aFirst),
       row('cold.submit', median(ioaRuns.map(r => r.firstResult - r.discovered)), 'ms', a2aFirst),
-      row('cold.import', median(ioaRuns.map(r => r.import)), 'ms', a2aImport)
+      row('cold.import', median(ioaRuns.map(r => r.import)), 'ms', a2aImport),
+      row('cold.cpu.first-result', median(ioaRuns.map(r => r.cpuFirstResult)), 'ms', median(a2aRuns.map(r => r.cpuFirstResult))),
+      row('cold.cpu.import', median(ioaRuns.map(r => r.cpuImport)), 'ms', median(a2aRuns.map(r => r.cpuImport))),
+      row('cold.modules.first-result', counted.ioa.modulesFirstResult, 'modules', counted.a2a.modulesFirstResult),
+      row('cold.modules.import', counted.ioa.modulesImport, 'modules', counted.a2a.modulesImport)
     ]
     if (beforeRuns.length > 0) {
       rows.push(
@@ -156,6 +190,13 @@ export const coldGroup = {
         row('cold.discover.before', median(beforeRuns.map(r => r.discovered)), 'ms', a2aFirst),
         row('cold.import.before', median(beforeRuns.map(r => r.import)), 'ms', a2aImport)
       )
+      // a before build whose client reports CPU time (this directory's ioa-client.js and marks.js copied in)
+      if (beforeRuns.every(r => r.cpuFirstResult != null)) {
+        rows.push(
+          row('cold.cpu.first-result.before', median(beforeRuns.map(r => r.cpuFirstResult)), 'ms', median(a2aRuns.map(r => r.cpuFirstResult))),
+          row('cold.cpu.import.before', median(beforeRuns.map(r => r.cpuImport)), 'ms', median(a2aRuns.map(r => r.cpuImport)))
+        )
+      }
     }
     return rows
   }

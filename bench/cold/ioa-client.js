@@ -6,7 +6,11 @@
 // requester does not need). Prints one JSON line: `import` (ms of the
 // module import) and, from after the import, `started`, `joined` (the
 // first connection to a peer is open), `discovered` and `firstResult` (ms
-// since the import ended).
+// since the import ended), `cpuImport` and `cpuFirstResult` (ms of CPU time
+// of the process in the import and from its end to the result) and, when
+// run with bench/cold/count-modules.js, `modulesImport` and
+// `modulesFirstResult` (modules loaded by the import, and after it until
+// the result).
 //
 //   node --import ./scripts/polyfill.js bench/cold/ioa-client.js <bootstrap multiaddr> <capability> [all|first]
 //
@@ -14,9 +18,14 @@
 // the complete DHT walk, best first. `first` takes the first verified agent
 // from the streaming `node.interconnect.discover(query, { limit: 1 })`,
 // which ends the walk there.
+const { cpuMs, modulesLoaded } = await import('./marks.js')
+const m0 = modulesLoaded()
+const c0 = cpuMs()
 const t0 = performance.now()
 const { createIoaNode } = await import('@ioa/node')
 const t1 = performance.now()
+const c1 = cpuMs()
+const m1 = modulesLoaded()
 // already loaded by @ioa/node: no import time of their own
 const { createIdentity } = await import('@ioa/interconnect')
 const { delegate } = await import('@ioa/collab')
@@ -45,7 +54,19 @@ try {
   const done = await node.tasks.submitAndWait(me, found[0].card.id, { skill: capability, input: { text: 'hello' }, proofs: [grant] },
     { signal: AbortSignal.timeout(30_000) })
   if (done.result?.text !== 'hello') throw new Error(`unexpected result ${JSON.stringify(done.result)}`)
-  out = { import: t1 - t0, started, joined: joined ?? discovered, discovered, firstResult: since() }
+  const firstResult = since()
+  const c2 = cpuMs()
+  const m2 = modulesLoaded()
+  out = {
+    import: t1 - t0,
+    started,
+    joined: joined ?? discovered,
+    discovered,
+    firstResult,
+    cpuImport: c1 - c0,
+    cpuFirstResult: c2 - c1,
+    ...(m0 != null ? { modulesImport: m1 - m0, modulesFirstResult: m2 - m1 } : {})
+  }
 } finally {
   await node.stop()
 }

@@ -3,6 +3,7 @@
  * `KadDHTComponents`), so that it runs on stubs in tests and on anything that
  * provides these pieces; `componentsFromNode` slices a transport node.
  */
+import { lookupStarted } from '@ioa/transport/internal'
 import type { Messaging, TransportNode } from '@ioa/transport'
 import type { AbortOptions, ComponentLogger, ContentRouting, Metrics, PeerId, PeerStore, PublicKey } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
@@ -29,6 +30,8 @@ export interface InterconnectComponents {
   metrics?: Metrics
   /** Publish-subscribe (the transport's gossipsub): capability announcements; absent turns them off */
   pubsub?: PubSub
+  /** Marks a lookup of this node as running; the returned function ends it (the transport holds its first DHT self-query meanwhile) */
+  lookups?: { started(): () => void }
 }
 
 /**
@@ -68,6 +71,7 @@ export function componentsFromNode (node: TransportNode): InterconnectComponents
     ping: node.services.ping,
     logger: node.logger,
     metrics: node.metrics,
+    lookups: { started: () => lookupStarted(node.services.dht) },
     // gossipsub's validator verdicts are an enum of these same strings
     ...(node.services.pubsub != null ? { pubsub: node.services.pubsub as unknown as PubSub } : {})
   }

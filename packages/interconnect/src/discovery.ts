@@ -99,7 +99,7 @@ export async function rememberAddresses (peerStore: InterconnectComponents['peer
 }
 
 export interface DiscoveryInit {
-  components: Pick<InterconnectComponents, 'peerId' | 'contentRouting' | 'peerStore'>
+  components: Pick<InterconnectComponents, 'peerId' | 'contentRouting' | 'peerStore' | 'lookups'>
   directory: Directory
   cards: CardProtocol
   caches: InterconnectCaches
@@ -174,7 +174,9 @@ export class Discovery {
       return
     }
 
-    // the lookup ends on the caller's abort, its timeout, or when the caller stops reading
+    // the lookup ends on the caller's abort, its timeout, or when the caller stops reading;
+    // meanwhile the node's first DHT self-query waits (spec/transport.md 1, joining)
+    const running = this.init.components.lookups?.started()
     const stopped = new AbortController()
     const signal = anySignal([stopped.signal, options.signal, AbortSignal.timeout(options.timeout ?? LOOKUP_TIMEOUT)])
     const out = pushable<DiscoveredAgent>({ objectMode: true })
@@ -202,6 +204,7 @@ export class Discovery {
       if (end.cut || end.lost > 0) this.log('lookup of %s was cut short (%s): its %d result(s) are not cached', query.capability, end.cut ? 'deadline' : `${end.lost} provider(s) did not answer`, collected.length)
       if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
     } finally {
+      running?.()
       stopped.abort()
       signal.clear()
       if (complete && collected.length > 0) {

@@ -15,10 +15,10 @@ import { mkdir, readFile, readdir, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { defaultLogger } from '@libp2p/logger'
 import { MemoryDatastore } from 'datastore-core'
-import { LevelDatastore } from 'datastore-level'
 import { Key } from 'interface-datastore'
 import { DataDirCorruptError, DataDirLockedError, DataDirUnavailableError, IdentityMissingError } from './errors.js'
 import type { ComponentLogger, Logger } from '@libp2p/interface'
+import type { LevelDatastore } from 'datastore-level'
 import type { Datastore } from 'interface-datastore'
 
 export interface OpenDataDirOptions {
@@ -118,6 +118,8 @@ export async function openDataDir (dir: string, options: OpenDataDirOptions = {}
         throw new DataDirUnavailableError(`Cannot create the data directory ${dir}: ${err?.code ?? err?.message ?? err}`, { dir, field, cause: err })
       }
     }
+    // LevelDB (its native binding included) loads for a node that keeps state on disk, not at import
+    const { LevelDatastore } = await import('datastore-level')
     const store = new LevelDatastore(dir)
     try {
       // the database itself, not `store.open()`: that keeps only the message of LevelDB's error

@@ -12,7 +12,6 @@
  * and the team bridge of version 2 (`teams.ts`).
  */
 import { limitsOf } from './agents/limits.js'
-import { ExternalAgentProcess } from './agents/process.js'
 import type { ExternalAgent, ExternalAgentComponents, ExternalAgentInit } from './agents/types.js'
 
 export { AGENT_PROTOCOL } from './agents/protocol.js'
@@ -40,6 +39,8 @@ export async function startExternalAgent (node: ExternalAgentComponents, init: E
   if (init.card == null || typeof init.card !== 'object') throw new TypeError('card is required')
   if (init.inviteDefault != null && init.inviteDefault !== 'accept' && init.inviteDefault !== 'decline') throw new TypeError('inviteDefault must be "accept" or "decline"')
   const limits = limitsOf(init)
+  // the process supervisor (child processes, the call and team bridges) loads with the first external agent, not at import
+  const { ExternalAgentProcess } = await import('./agents/process.js')
   const agent = new ExternalAgentProcess(node, init, limits)
   await agent.start()
   return agent

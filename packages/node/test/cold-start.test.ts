@@ -9,7 +9,9 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterEach, describe, expect, it } from 'vitest'
+import { multiaddr } from '@multiformats/multiaddr'
 import { createIoaNode } from '../src/index.js'
+import { until } from '../../../test/util.js'
 import type { IoaNode } from '../src/index.js'
 
 const nodes: IoaNode[] = []
@@ -33,7 +35,7 @@ describe('cold start over TCP', () => {
     expect(answer).toEqual({ hello: 'cold' })
   })
 
-  it('a node with no data directory or datastore starts without loading the key loader and keychain, with a fresh identity each time', async () => {
+  it('a node with no data directory or datastore starts without loading the key loader and keychain, LevelDB or the external-agent supervisor, with a fresh identity each time', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ioa-cold-'))
     try {
       const log = join(dir, 'loaded.txt')
@@ -56,9 +58,39 @@ describe('cold start over TCP', () => {
       // the stack itself was loaded (the hook saw it), its key loader not
       expect(loaded).toMatch(/node_modules\/libp2p\//)
       expect(loaded).not.toMatch(/node_modules\/@libp2p\/(config|keychain)\//)
+      // LevelDB is for a data directory, the process supervisor for an external agent
+      expect(loaded).not.toMatch(/node_modules\/(datastore-level|level|classic-level|abstract-level)\//)
+      expect(loaded).not.toMatch(/packages\/node\/dist\/src\/agents\/process\.js/)
     } finally {
       await rm(dir, { recursive: true, force: true })
     }
+  })
+
+  it('holds its first DHT self-query while its first discovery runs, though the discovery has not walked the DHT yet', async () => {
+    const host = await createIoaNode({ transport: TRANSPORT })
+    nodes.push(host)
+    await host.host({ key: 'cold-echo', name: 'Cold echo', skills: [{ id: 'cold.test.echo' }], handlers: { 'cold.test.echo': (input) => input } })
+    // no bootstrap peer: the self-query falls due at once, before the routing table has a peer
+    const newcomer = await createIoaNode({ transport: { ...TRANSPORT, selfQueryDelay: 0, selfQueryHold: 60_000 } })
+    nodes.push(newcomer)
+    type Internals = { routingTable: { size: number }, querySelf: { peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
+    const dht = newcomer.transport.services.dht as unknown as Internals
+    let selfWalks = 0
+    const walk = dht.querySelf.peerRouting.getClosestPeers.bind(dht.querySelf.peerRouting)
+    dht.querySelf.peerRouting.getClosestPeers = (key, options) => {
+      if (options?.isSelfQuery === true) selfWalks++
+      return walk(key, options)
+    }
+    // a discovery that stays open after its first agent (it asks its peer's index, then would walk)
+    const lookup = newcomer.interconnect.discover({ capability: 'cold.test.echo' }, { limit: 2, timeout: 30_000 })[Symbol.asyncIterator]()
+    const first = lookup.next()
+    await newcomer.transport.dial(multiaddr(host.addresses()[0]))
+    expect((await first).value?.card.name).toBe('Cold echo')
+    await until(() => dht.routingTable.size > 0, { interval: 25, timeout: 20_000, what: 'a routing table peer' })
+    expect(selfWalks).toBe(0)
+    // the discovery ends: the self-query runs
+    await lookup.return?.(undefined)
+    await until(() => selfWalks > 0, { interval: 25, timeout: 20_000, what: 'the held self-query to run' })
   })
 
   it('a node given a datastore keeps its identity in it across restarts', async () => {

@@ -12,10 +12,12 @@
  *   interconnect).
  * - {@link EncodedPayload}: a messaging payload already encoded as
  *   DAG-CBOR, framed as it is (a requester that encoded the parts of a
- *   request once, for a hash or a signature, does not encode them again),
- *   and {@link cborHead}, the CBOR head such requests are put together with.
+ *   request once, for a hash or a signature, does not encode them again).
+ * - {@link lookupStarted}: a lookup of the node runs (the first DHT
+ *   self-query waits for it; spec/transport.md 1, joining).
  */
 export { TokenBuckets } from './rate-limit.js'
+export { lookupStarted } from './dht-start.js'
 export { BoundedMap } from './bounded-map.js'
 export type { BoundedMapInit } from './bounded-map.js'
-export { EncodedPayload, head as cborHead } from './codec.js'
+export { EncodedPayload } from './codec.js'

@@ -9,6 +9,7 @@ import { MemoryDatastore } from 'datastore-core'
 import { InvalidArgumentError } from './errors.js'
 import { messaging } from './messaging.js'
 import { corkEncrypted } from './cork-writes.js'
+import { holdFirstSelfQuery, releaseFirstQueries } from './dht-start.js'
 import { guardControlFrames } from './muxer-guard.js'
 import { domainKeyProtector, loadDomainKey } from './private-network.js'
 import { loadGossipsub, loadLevelDatastore, loadMdns, loadSelfKeyLoader, loadStack, loadTransport } from './stack.js'
@@ -133,6 +134,17 @@ export interface TransportNodeInit {
    * @default 1_000
    */
   selfQueryDelay?: number
+
+  /**
+   * Longest time the first DHT self-query, once due, waits for the lookups
+   * and announcements of this node that are running to end, in ms (0 to
+   * 60,000; 0: it does not wait). Its dials (about ten new connections)
+   * would otherwise take the CPU of a newcomer's first lookup that is still
+   * running after `selfQueryDelay`, as on a machine with busy cores.
+   *
+   * @default 10_000
+   */
+  selfQueryHold?: number
 
   /**
    * How long DHT provider records stay valid, in ms. Agents come and go, so
@@ -328,27 +340,6 @@ async function pubsubService (o: Required<PubsubInit>, allow: string[]): Promise
 }
 
 /**
- * kad-dht holds every query until its first self-query has ended, not only
- * until the routing table has a peer (which it also waits for, and keeps
- * waiting for). On a fresh node that self-query dials the ~20 peers closest
- * to it: about a third of a second on loopback that the newcomer's first
- * lookup spent idle (spec/transport.md 1, joining). The hold is a deferred
- * promise on kad-dht's query manager, with no option to skip it short of
- * `allowQueryWithZeroPeers`, which also drops the wait for the first peer
- * and lets the first self-query run on an empty table; so the hold alone is
- * lifted here. Checked against @libp2p/kad-dht 16.4.5: when the field is not
- * found (another version), nothing changes and queries wait as before.
- */
-function releaseFirstQueries (node: TransportNode): void {
-  const manager = (node.services.dht as unknown as { queryManager?: { initialQuerySelfHasRun?: unknown } }).queryManager
-  if (manager != null && 'initialQuerySelfHasRun' in manager) {
-    manager.initialQuerySelfHasRun = undefined
-  } else {
-    log('kad-dht has no initial self-query hold where expected; first lookups wait for the first self-query')
-  }
-}
-
-/**
  * Put the node's own addresses in its peer store as soon as a transport
  * listens. libp2p's address manager writes them 1 s (a debounce) after the
  * first listener: until then the node's own record has no addresses, and
@@ -391,23 +382,26 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
   if (init.selfQueryDelay != null && (!Number.isInteger(init.selfQueryDelay) || init.selfQueryDelay < 0 || init.selfQueryDelay > 60_000)) {
     throw new InvalidArgumentError(`selfQueryDelay must be an integer 0 to 60000 ms, got ${init.selfQueryDelay}`)
   }
+  if (init.selfQueryHold != null && (!Number.isInteger(init.selfQueryHold) || init.selfQueryHold < 0 || init.selfQueryHold > 60_000)) {
+    throw new InvalidArgumentError(`selfQueryHold must be an integer 0 to 60000 ms, got ${init.selfQueryHold}`)
+  }
   const listen = init.listen ?? (kinds.includes('tcp') ? ['/ip4/127.0.0.1/tcp/0'] : [])
   const pubsubOpts = pubsubOptions(init.pubsub)
   const { datastore, owned } = await openDatastore(init)
 
   try {
-    // gossipsub's module loads beside the core modules, not after them
-    const [stack, pubsub, loadOrCreateSelfKey] = await Promise.all([
+    // gossipsub's module, the transports' and the domain key load beside the
+    // core modules, not after them: the reads of one overlap the compiling of another
+    const [stack, pubsub, loadOrCreateSelfKey, transports, domainKey] = await Promise.all([
       loadStack(),
       pubsubOpts != null ? pubsubService(pubsubOpts, init.allow ?? []) : undefined,
-      init.privateKey == null ? loadSelfKeyLoader() : undefined
+      init.privateKey == null ? loadSelfKeyLoader() : undefined,
+      Promise.all(kinds.map(loadTransport)),
+      init.privateNetwork != null ? loadDomainKey(init.privateNetwork) : undefined
     ])
     const { createLibp2p, noise, yamux, bootstrap, identify, kadDHT, passthroughMapper, removePrivateAddressesMapper, ping } = stack
-    const domainKey = init.privateNetwork != null ? await loadDomainKey(init.privateNetwork) : undefined
     // a node not given its key keeps it in its datastore
     const privateKey = init.privateKey ?? await loadOrCreateSelfKey?.(datastore)
-
-    const transports = await Promise.all(kinds.map(loadTransport))
 
     const peerDiscovery: Array<(components: any) => PeerDiscovery> = []
     if (init.bootstrap != null && init.bootstrap.length > 0) {
@@ -449,7 +443,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
           // once, and it should not: it dials and pings the ~20 peers closest
           // to the node, which on a newcomer competed with the dials of its
           // first lookup (spec/transport.md 1, joining). It runs after
-          // `selfQueryDelay` instead.
+          // `selfQueryDelay` instead, and once the lookups running then
+          // have ended (holdFirstSelfQuery below, at most `selfQueryHold`).
           initialQuerySelfInterval: init.selfQueryDelay ?? 1_000,
           // kad-dht expires records it stores for others, and re-announces its
           // own, in the reprovider's periodic pass: `validity` is the record TTL
@@ -486,7 +481,8 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
 
     await seedBootstrapPeers(node, init.bootstrap ?? [])
     recordOwnAddresses(node)
-    releaseFirstQueries(node)
+    releaseFirstQueries(node.services.dht)
+    holdFirstSelfQuery(node.services.dht, init.selfQueryHold ?? 10_000)
 
     if (init.start !== false) {
       await node.start()

@@ -219,6 +219,69 @@ describe('createTransportNode', () => {
     expect(peers).toBeGreaterThan(0)
   })
 
+  /**
+   * Watch a node's first DHT self-query: `walks` counts the walks it starts
+   * (kad-dht's self-query starts its walk, getClosestPeers, without awaiting
+   * anything first), `due` tells it fell due and `walkedWhenDue` whether its
+   * walk started at once
+   */
+  function watchSelfQuery (node: TransportNode): { walks: () => number, due: () => boolean, walkedWhenDue: () => boolean | undefined } {
+    type Internals = { querySelf: { querySelf: () => Promise<void>, peerRouting: { getClosestPeers: (key: Uint8Array, options?: { isSelfQuery?: boolean }) => AsyncGenerator<unknown> } } }
+    const { querySelf } = node.services.dht as unknown as Internals
+    let walks = 0
+    const walk = querySelf.peerRouting.getClosestPeers.bind(querySelf.peerRouting)
+    querySelf.peerRouting.getClosestPeers = (key, options) => {
+      if (options?.isSelfQuery === true) walks++
+      return walk(key, options)
+    }
+    let due = false
+    let walkedWhenDue: boolean | undefined
+    const scheduled = querySelf.querySelf
+    querySelf.querySelf = async () => {
+      due = true
+      const run = scheduled()
+      walkedWhenDue = walks > 0
+      await run
+    }
+    return { walks: () => walks, due: () => due, walkedWhenDue: () => walkedWhenDue }
+  }
+
+  it('holds its first DHT self-query while a lookup of its own runs, and runs it once the lookup ends', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()], selfQueryDelay: 100, selfQueryHold: 60_000 })
+    const self = watchSelfQuery(b)
+    // a lookup that stays open (its first answer taken, the rest not yet)
+    const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
+    await lookup.next()
+    await until(self.due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    expect(self.walkedWhenDue()).toBe(false)
+    expect(self.walks()).toBe(0)
+    // the lookup ends: the self-query runs
+    await lookup.return?.(undefined)
+    await until(() => self.walks() > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+  })
+
+  it('holds a first DHT self-query that fell due before the routing table had a peer for the lookups that waited for that peer too', async () => {
+    const a = await makeNode(tcpInit())
+    // no bootstrap peer: the self-query falls due (at once) with an empty routing table and no lookup running
+    const b = await makeNode({ ...tcpInit(), selfQueryDelay: 0, selfQueryHold: 60_000 })
+    const self = watchSelfQuery(b)
+    await until(self.due, { ...POLL, timeout: 20_000, what: 'the first self-query to fall due' })
+    // a lookup starts, both wait for a first peer, which comes
+    const lookup = b.services.dht.getClosestPeers(a.peerId.toMultihash().bytes, { signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]()
+    const next = lookup.next()
+    await b.dial(a.getMultiaddrs()[0])
+    await next
+    expect(self.walks()).toBe(0)
+    await lookup.return?.(undefined)
+    await until(() => self.walks() > 0, { ...POLL, timeout: 20_000, what: 'the held self-query to run' })
+  })
+
+  it('rejects a selfQueryHold out of range with InvalidArgumentError', async () => {
+    const err = await expectErrorName(createTransportNode({ ...tcpInit(), selfQueryHold: 60_001 }), 'InvalidArgumentError')
+    expect(err.message).toContain('selfQueryHold')
+  })
+
   it('names itself as a provider from its first moment: its own peer record has its addresses as soon as it listens', async () => {
     const a = await makeNode(tcpInit())
     // libp2p's address manager writes them 1 s after start; kad-dht drops a

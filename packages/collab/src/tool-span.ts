@@ -8,7 +8,7 @@
  * `@modelcontextprotocol/sdk` `Client`, or anything with its `callTool`) so
  * that each `callTool` is such a span. Without tracing the tool just runs.
  */
-import { endSpanWithError, startSpan } from './tracing.js'
+import { endSpanWithError } from './tracing.js'
 import type { IoaSpan, IoaTracer } from './tracing.js'
 
 /** Longest tool name, characters */
@@ -46,7 +46,7 @@ export async function runTool<T> (tracer: IoaTracer, parent: IoaSpan | undefined
   checkName(name)
   if (typeof fn !== 'function') throw new TypeError('A tool call needs a function to run')
   if (parent == null || !parent.isRecording()) return await fn()
-  const span = startSpan(tracer, `execute_tool ${name}`, 'internal', { span: parent }, () => ({
+  const span = tracer.startSpan(`execute_tool ${name}`, 'internal', { span: parent }, () => ({
     'gen_ai.operation.name': 'execute_tool',
     'gen_ai.tool.name': name,
     'gen_ai.tool.type': options.type ?? 'function',

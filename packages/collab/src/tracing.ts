@@ -67,12 +67,6 @@ export const NOOP_SPAN: IoaSpan = Object.freeze({
 /** A tracer that records nothing (the layer's default) */
 export const NOOP_TRACER: IoaTracer = Object.freeze({ startSpan: () => NOOP_SPAN })
 
-/** The span kinds, under the names the call sites use */
-export const SpanKind = Object.freeze({ CLIENT: 'client', SERVER: 'server', INTERNAL: 'internal' } as const)
-
-/** The parent of a span that starts a new trace */
-export const ROOT_CONTEXT = 'root'
-
 /** `tracer`, or the tracer that records nothing */
 export function tracerOf (tracer?: IoaTracer): IoaTracer {
   return tracer ?? NOOP_TRACER
@@ -86,11 +80,6 @@ export function extractTrace (t: TraceContext | undefined, fallback: IoaSpanPare
   return t == null ? fallback : { trace: t }
 }
 
-/** The parent that makes a span a child of `span` */
-export function childOf (span: IoaSpan): IoaSpanParent {
-  return { span }
-}
-
 /**
  * The trace field that continues `span`: its own context when it records,
  * else `fallback` unchanged (tracing off: what the caller gave is handed on)
@@ -98,11 +87,6 @@ export function childOf (span: IoaSpan): IoaSpanParent {
 export function injectTrace (span: IoaSpan | undefined, fallback?: TraceContext): TraceContext | undefined {
   if (span == null || !span.isRecording()) return fallback
   return span.traceContext() ?? fallback
-}
-
-/** Start a span of `kind` under `parent`; `attributes` is called only when the span records */
-export function startSpan (tracer: IoaTracer, name: string, kind: IoaSpanKind, parent: IoaSpanParent, attributes: () => IoaSpanAttributes): IoaSpan {
-  return tracer.startSpan(name, kind, parent, attributes)
 }
 
 /** End a task's span with its final state (`ioa.task.state`); a state other than `completed` is an error with its code */

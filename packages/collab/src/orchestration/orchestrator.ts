@@ -35,7 +35,7 @@ import { RUN_ID, RunJournal } from './journal.js'
 import { isMap, newRun, parseGoal, resultOf, terminalEvent } from './run.js'
 import { orchestratorSettings } from './settings.js'
 import { StepRunner } from './steps.js'
-import { SpanKind, childOf, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } from '../tracing.js'
 import { checkTrace } from '../tasks/wire-v2.js'
 import type { IoaSpan, IoaTracer } from '../tracing.js'
 import type {
@@ -230,7 +230,7 @@ class DefaultOrchestrator implements Orchestrator {
 
     const given = options.trace != null ? checkTrace(options.trace) : undefined
     const intent = isMap(goalOrPlan) && isMap(goalOrPlan.goal) ? goalOrPlan.goal.intent : (goalOrPlan as Partial<Goal>)?.intent
-    const span = startSpan(this.tracer, `invoke_workflow ${typeof intent === 'string' ? intent.slice(0, 64) : 'plan'}`, SpanKind.INTERNAL, extractTrace(given), () => ({
+    const span = this.tracer.startSpan(`invoke_workflow ${typeof intent === 'string' ? intent.slice(0, 64) : 'plan'}`, 'internal', extractTrace(given), () => ({
       'gen_ai.operation.name': 'invoke_workflow',
       ...(typeof intent === 'string' ? { 'gen_ai.workflow.name': intent } : {}),
       'gen_ai.agent.id': this.agent.did,
@@ -257,7 +257,7 @@ class DefaultOrchestrator implements Orchestrator {
     } else {
       const goal = goalOrPlan as Goal
       if (this.planner == null) throw new PlannerFailedError('This orchestrator has no planner: give it a plan')
-      const planning = startSpan(this.tracer, 'plan', SpanKind.INTERNAL, childOf(span), () => ({ 'gen_ai.operation.name': 'plan', 'gen_ai.agent.id': this.agent.did }))
+      const planning = this.tracer.startSpan('plan', 'internal', { span }, () => ({ 'gen_ai.operation.name': 'plan', 'gen_ai.agent.id': this.agent.did }))
       try {
         const planned = await this.planner.plan(goal, {
           discover: async (q) => this.ic.discoverAll(q, { timeout: this.settings.discoveryTimeout, ...(options.signal != null ? { signal: options.signal } : {}) }),

@@ -35,7 +35,7 @@ import type { SubtaskCaller } from './subtask-call.js'
 import { MIN_LEASE, TASK_PROTOCOL, checkBody, checkSubmit, errorOf, isMap, parseTaskRef } from './wire.js'
 import { TASK_PROTOCOL_V2, checkSubmitV2, diffSnapshots, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import type { TraceContext } from './wire-v2.js'
-import { ROOT_CONTEXT, SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } from '../tracing.js'
 import type { IoaTracer } from '../tracing.js'
 import { runTool } from '../tool-span.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
@@ -537,7 +537,7 @@ export class TaskExecutor {
         sub.push({ type: 'status', task: snapshot })
       }
       // the SERVER span continues the submit's trace; without one (or an ignored one) a new trace starts
-      live.span = startSpan(this.tracer, `invoke_agent ${p.skill}`, SpanKind.SERVER, extractTrace(trace, ROOT_CONTEXT), () => {
+      live.span = this.tracer.startSpan(`invoke_agent ${p.skill}`, 'server', extractTrace(trace, 'root'), () => {
         const name = this.components.interconnect.agents().find(a => a.did === p.to)?.card.card.name
         return {
           'gen_ai.operation.name': 'invoke_agent',

@@ -30,7 +30,7 @@ import { TASK_PROTOCOL, checkSubmit, eventTaskId, isMap, parseEvent, parseTaskRe
 import { TASK_PROTOCOL_V2, checkSubmitV2, parseDelta, parseResubscribeV2, withoutTrace } from './wire-v2.js'
 import { numberOption } from '../options.js'
 import { linked } from './signals.js'
-import { SpanKind, endSpanWithError, endTaskSpan, startSpan, tracerOf } from '../tracing.js'
+import { endSpanWithError, endTaskSpan, tracerOf } from '../tracing.js'
 import type { IoaSpan, IoaTracer } from '../tracing.js'
 import type { TraceContext } from './wire-v2.js'
 import type { Did, Gateway, Interconnect } from '@ioa/interconnect'
@@ -394,7 +394,7 @@ class DefaultTaskGateway implements TaskGateway {
   /** The span of a relayed submit (spec/management.md 3.4): with `keepTrace` and a trace to continue only */
   private relaySpan (trace: TraceContext | undefined, p: { to: Did, skill: string, task: string, from: Did }, peer: string): IoaSpan | undefined {
     if (!this.keepTrace || trace == null) return undefined
-    return startSpan(this.tracer, `relay ${p.skill}`, SpanKind.SERVER, { trace }, () => ({
+    return this.tracer.startSpan(`relay ${p.skill}`, 'server', { trace }, () => ({
       'gen_ai.agent.id': p.to,
       'ioa.skill': p.skill,
       'ioa.task.id': p.task,

@@ -21,7 +21,7 @@ import { MAX_LEASE, TASK_PROTOCOL, checkBody, isMap, roundTrip } from './wire.js
 import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
 import { FallbackEvents, RemoteEvents } from './event-source.js'
 import { submitBytes } from './submit-bytes.js'
-import { SpanKind, endSpanWithError, endTaskSpan, extractTrace, injectTrace, startSpan, tracerOf } from '../tracing.js'
+import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } from '../tracing.js'
 import type { IoaTracer } from '../tracing.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
@@ -281,7 +281,7 @@ export class TaskRequester implements LeaseWatchHost {
     // checked here: a bad trace is the caller's error, not the executor's
     const given = options.trace != null ? checkTrace(options.trace) : undefined
     // the CLIENT span: a child of the given trace (or of the active context); the submit carries its context
-    const span = startSpan(this.tracer, `invoke_agent ${request.skill}`, SpanKind.CLIENT, extractTrace(given), () => ({
+    const span = this.tracer.startSpan(`invoke_agent ${request.skill}`, 'client', extractTrace(given), () => ({
       'gen_ai.operation.name': 'invoke_agent',
       'gen_ai.agent.id': to,
       'gen_ai.conversation.id': request.contextId ?? taskId,

@@ -15,10 +15,12 @@ import { decodeToken, delegate, tokenCid } from '../src/auth/delegation.js'
 import { createRevocation } from '../src/auth/revocation.js'
 import { RevocationStore } from '../src/auth/revocation-store.js'
 import { defaultMatcher } from '../src/teams/index.js'
+import { teamChain } from '../src/teams/assignments/authority.js'
 import { newId, signRecord } from '../src/teams/records.js'
 import { FAST, goal, settled, startTeamPeer, startTeamPeers } from './teams-fixture.js'
 import { createIdentity } from '@ioa/interconnect'
 import type { Team } from '../src/teams/index.js'
+import type { TeamRuntime } from '../src/teams/team.js'
 import type { DiscoveredAgent } from '@ioa/interconnect'
 import type { TeamPeer } from './teams-fixture.js'
 
@@ -263,6 +265,25 @@ describe('teams', () => {
     await until(() => (back.teams.team(team.id)?.length ?? 0) >= 4 || undefined, { timeout: 20_000, what: 'catch up' })
     expect(cids(back.teams.team(team.id) as Team)).toEqual(cids(team))
     await delay(FAST.heartbeat as number)
+  })
+  it("the convener's proofs survive its restart: assignments after it still carry the team's authority", async () => {
+    const peers = await startTeamPeers(closers, 2)
+    const user = await createIdentity()
+    const grant = await delegate(user, { audience: peers[0].agent.did, capabilities: [{ skill: 'team.*' }], expiresAt: Date.now() + 3_600_000 })
+    const team = await peers[0].teams.form(peers[0].agent.did, goal('keep the grant', ['team.member']), {
+      roles: [{ role: 'r0', capabilities: ['team.member'], candidates: [peers[1].ref] }],
+      proofs: [grant]
+    })
+    await settled(peers, team.id, 1)
+    const convener = peers[0]
+    await convener.teams.stop()
+    await convener.ic.stop()
+    await convener.node.stop()
+    const back = await startTeamPeer(closers, { name: 'agent-0', datastore: convener.datastore, dial: peers[1].node })
+    const again = await until(() => back.teams.team(team.id), { timeout: 20_000, what: 'the team loaded again' }) as TeamRuntime
+    const chain = teamChain(again)
+    expect(chain).toHaveLength(1)
+    expect((await tokenCid(chain[0])).toString()).toBe((await tokenCid(grant)).toString())
   })
 })
 

@@ -15,7 +15,7 @@ import { Key } from 'interface-datastore'
 import { anySignal } from 'any-signal'
 import { raceSignal } from 'race-signal'
 import delay from 'delay'
-import { decodeToken, verifyChain } from '../auth/delegation.js'
+import { TOKEN_LIMITS, decodeToken, encodeToken, verifyChain } from '../auth/delegation.js'
 import { skillCovers } from '../auth/chain.js'
 import { UnknownAgentError } from '@ioa/interconnect'
 import { EscalationError, InvalidSignatureError, PrincipalMismatchError } from '../errors.js'
@@ -43,6 +43,7 @@ import type {
 } from './api.js'
 import type { FormationDeps } from './formation.js'
 import type { Entry, Invitation, Roster, TeamGoal, TeamMessage } from './records.js'
+import type { Token } from '../auth/delegation.js'
 import type { TeamHost } from './team.js'
 import type { Did, HostedAgent, Identity } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
@@ -166,7 +167,7 @@ class DefaultTeamService implements TeamService, TeamHost {
     for await (const { key, value } of this.datastore.query({ prefix: TEAM_KEY_PREFIX + '/' })) {
       if (key.baseNamespace() !== 'meta') continue
       try {
-        const meta = dagCbor.decode(value) as { agent: Did, promised: number, invitation?: Invitation }
+        const meta = dagCbor.decode(value) as { agent: Did, promised: number, invitation?: Invitation, proofs?: unknown }
         const id = key.parent().baseNamespace()
         if (this.held.has(id)) continue
         const agent = this.hosted(meta.agent)
@@ -180,6 +181,7 @@ class DefaultTeamService implements TeamService, TeamHost {
         await team.replayStored()
         team.promised = Math.max(meta.promised, team.epoch)
         if (meta.invitation != null) team.invitation = parseInvitation(meta.invitation)
+        if (meta.proofs != null) team.convenerProofs = parseStoredProofs(meta.proofs)
         if (!team.hasRoster || memberOf(team.roster, team.agent) == null) continue
         const h = this.hold(team)
         if (!team.concluded) {
@@ -200,6 +202,7 @@ class DefaultTeamService implements TeamService, TeamHost {
   async saveState (team: TeamRuntime): Promise<void> {
     const meta: Record<string, unknown> = { agent: team.agent, promised: team.promised }
     if (team.invitation != null) meta.invitation = team.invitation
+    if (team.convenerProofs != null && team.convenerProofs.length > 0) meta.proofs = team.convenerProofs.map(t => encodeToken(t))
     await this.datastore.put(metaKey(team.id), dagCbor.encode(meta))
   }
 
@@ -632,9 +635,7 @@ class DefaultTeamService implements TeamService, TeamHost {
       try {
         const roles = options.roles?.map(r => r.candidates == null ? r : { ...r, candidates: r.candidates.filter(c => !tried.has(c.agent)) })
         const formed = await formTeam(this.formationDeps(), identity, id, goal, { ...options, roles })
-        const team = await this.open(identity, formed.roster, formed.accepted.map(a => a.member.agent))
-        team.convenerProofs = options.proofs ?? []
-        return team
+        return await this.open(identity, formed.roster, formed.accepted.map(a => a.member.agent), options.proofs ?? [])
       } catch (err: any) {
         last = err
         for (const f of (err?.failures ?? []) as RoleFailure[]) {
@@ -649,10 +650,12 @@ class DefaultTeamService implements TeamService, TeamHost {
   }
 
   /** Open a formed team: entry 0 is its first roster; this node sequences epoch 0 */
-  private async open (identity: Identity, roster: Roster, members: Did[]): Promise<TeamRuntime> {
+  private async open (identity: Identity, roster: Roster, members: Did[], proofs: Token[]): Promise<TeamRuntime> {
     const id = roster.payload.team
     const store = new TeamLog(id, this.datastore, this.limits.historyBytes)
     const team = new TeamRuntime(id, identity, store, this)
+    // the convener's own authority for the team: stored with its state, so assignments after a restart still carry it
+    team.convenerProofs = proofs
     const h = this.hold(team)
     await this.saveState(team)
     const msg = await team.sign('roster', { roster })
@@ -687,6 +690,14 @@ class DefaultTeamService implements TeamService, TeamHost {
     this.acceptors.set(agent, acceptor)
     return () => { if (this.acceptors.get(agent) === acceptor) this.acceptors.delete(agent) }
   }
+}
+
+/** The convener's proofs as stored in a team's state (encoded tokens, leaf first) */
+function parseStoredProofs (value: unknown): Token[] {
+  if (!Array.isArray(value) || value.length > TOKEN_LIMITS.maxPool || !value.every(b => b instanceof Uint8Array)) {
+    throw new InvalidTeamRecordError('Malformed stored proofs')
+  }
+  return value.map(b => decodeToken(b))
 }
 
 function parseTree (value: unknown, depth: number): TeamTree {

@@ -194,10 +194,13 @@ describe('external agents in teams (ioa-agent/2)', () => {
   it('forms a team as convener with team-form; a formation that fails comes back with its failures', async () => {
     const goal = { text: 'find a forecast for the concert', capabilities: ['weather.forecast'] }
     const roles = [{ role: 'weather', capabilities: ['weather.forecast'], candidates: [ref(other, weather)] }]
-    const venue = await startProgram(host, { options: { form: { goal, roles } } })
+    const flow = { maxTurns: 40, turnTimeout: 20_000 }
+    const venue = await startProgram(host, { options: { form: { goal, roles, flow } } })
     const formed = await until(() => of(venue, 'team-formed')[0], { timeout: 30_000, what: 'team-formed' })
     const member = await until(() => other.teams.team(formed.team), { timeout: 20_000, what: 'the weather node holds the team' })
     expect(member.roster.convener).toBe(venue.ext.agent.did)
+    // the program's flow options are the first roster's limits, on every member
+    expect(member.roster.limits).toMatchObject(flow)
     await member.say('sunny until 17:00')
     await until(() => of(venue, 'team-message', formed.team).find(m => m.body?.text === 'sunny until 17:00'), { timeout: 20_000, what: 'the member\'s message reaches the convening program' })
 
@@ -207,6 +210,17 @@ describe('external agents in teams (ioa-agent/2)', () => {
     const err = await until(() => of(failing, 'team-form-error')[0], { timeout: 30_000, what: 'team-form-error' })
     expect(err).toMatchObject({ id: 'f1', code: 'FORMATION_FAILED', failures: [{ role: 'weather', tried: [{ agent: organiser.did, outcome: 'failed' }] }] })
     expect(failing.ext.protocolErrors).toBe(0)
+
+    // a flow with a field the teams spec does not name: INVALID_FORM and a protocol error
+    const odd = await startProgram(host, { options: { form: { goal, roles, flow: { policy: 'open', speed: 'fast' } } } })
+    const refused = await until(() => of(odd, 'team-form-error')[0], { timeout: 30_000, what: 'the refused flow' })
+    expect(refused).toMatchObject({ id: 'f1', code: 'INVALID_FORM' })
+    expect(odd.ext.protocolErrors).toBe(1)
+    // a value the teams spec refuses (maxTurns 1 to 1,000,000): INVALID_TEAM_RECORD, not a protocol error
+    const zero = await startProgram(host, { options: { form: { goal, roles, flow: { maxTurns: 0 } } } })
+    const bad = await until(() => of(zero, 'team-form-error')[0], { timeout: 30_000, what: 'the refused maxTurns' })
+    expect(bad).toMatchObject({ id: 'f1', code: 'INVALID_TEAM_RECORD' })
+    expect(zero.ext.protocolErrors).toBe(0)
   }, 90_000)
 
   it('tells the program of an entry too large for a line: it comes without its body, with its size', async () => {

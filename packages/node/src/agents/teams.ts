@@ -13,7 +13,7 @@ import { AgentProtocolError } from '../errors.js'
 import { MAX_ID, errorCode, errorMessage, isObject } from './protocol.js'
 import type { Limits } from './limits.js'
 import type { ExternalAgentComponents } from './types.js'
-import type { Decline, DeclineCode, InvitationContext, MessageType, RoleInit, Team, TeamEvent, TeamGoalInit } from '@ioa/collab'
+import type { Decline, DeclineCode, FlowOptions, InvitationContext, MessageType, RoleInit, Team, TeamEvent, TeamGoalInit } from '@ioa/collab'
 import type { Did } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 import type { Writable } from 'node:stream'
@@ -29,6 +29,9 @@ const KIND = /^[a-z][a-z-]{0,15}$/
 const RECENT_INVITES = 256
 /** How often a paused conversation looks at the program's backlog again when no `drain` comes, ms */
 const BACKLOG_POLL = 50
+/** The fields of a team-form's `flow` (FormOptions.flow, spec/teams.md 10) */
+const FLOW_FIELDS = new Set(['policy', 'maxTurns', 'moderator', 'priority', 'turnTimeout'])
+
 /** Most roles of a team-form (spec/teams.md 9: members per team) */
 const MAX_ROLES = 16
 /** `assign` entries remembered per program (task id -> its team context) */
@@ -300,7 +303,7 @@ export class TeamBridge {
 
   /** A `team-form`: answered `team-formed` or `team-form-error`; throws AgentProtocolError when it has no valid id or is malformed */
   private onForm (msg: Record<string, unknown>): void {
-    const { id, goal, roles } = msg
+    const { id, goal, roles, flow } = msg
     if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID) throw new AgentProtocolError('team-form.id must be a string of 1-128 characters')
     const fail = (code: string, message: string, extra: Record<string, unknown> = {}): void => {
       this.parent.send({ type: 'team-form-error', id, code, message, ...extra })
@@ -308,6 +311,10 @@ export class TeamBridge {
     if (!isObject(goal) || (roles != null && (!Array.isArray(roles) || roles.length === 0 || roles.length > MAX_ROLES || !roles.every(isObject)))) {
       fail('INVALID_FORM', `team-form needs a goal object and at most ${MAX_ROLES} roles`)
       throw new AgentProtocolError(`team-form ${id}: needs a goal object and at most ${MAX_ROLES} roles`)
+    }
+    if (flow != null && (!isObject(flow) || Object.keys(flow).some(k => !FLOW_FIELDS.has(k)))) {
+      fail('INVALID_FORM', `team-form.flow must be an object of ${[...FLOW_FIELDS].join(', ')}`)
+      throw new AgentProtocolError(`team-form ${id}: flow must be an object of ${[...FLOW_FIELDS].join(', ')}`)
     }
     const teams = this.node.teams
     if (teams == null) { fail('TEAMS_UNAVAILABLE', 'This node has no team service'); return }
@@ -317,7 +324,9 @@ export class TeamBridge {
     const signal = AbortSignal.any([this.parent.lifetime, AbortSignal.timeout(this.limits.formTimeout)])
     void (async () => {
       try {
-        const team = await teams.form(this.parent.did, goal as unknown as TeamGoalInit, { signal, ...(roles != null ? { roles: roles as unknown as RoleInit[] } : {}) })
+        const team = await teams.form(this.parent.did, goal as unknown as TeamGoalInit, {
+          signal, ...(roles != null ? { roles: roles as unknown as RoleInit[] } : {}), ...(flow != null ? { flow: flow as FlowOptions } : {})
+        })
         this.parent.send({ type: 'team-formed', id, team: team.id })
         this.follow(team)
       } catch (err: any) {

@@ -26,7 +26,7 @@ export {
   SNAPSHOT_VERSION, SNAPSHOT_SIG_PREFIX, SNAPSHOT_LIMITS
 } from './protocol/snapshot.js'
 export type {
-  SignedSnapshot, SnapshotPayload, SnapshotAgent, SnapshotConnection, SnapshotGateway, VerifySnapshotOptions
+  SignedSnapshot, SnapshotPayload, SnapshotAgent, SnapshotConnection, SnapshotGateway, SnapshotProof, VerifySnapshotOptions
 } from './protocol/snapshot.js'
 export { authorize, manageCapability, MAX_CHAIN_TOKENS } from './protocol/auth.js'
 export type { AuthorizeOptions } from './protocol/auth.js'

@@ -47,7 +47,13 @@ class DefaultManagementLayer implements ManagementLayer {
 
   async start (node: ManagedNode): Promise<void> {
     const { name: _, topology, ...init } = this.init
-    const protocol = new ManagementProtocol(node, init)
+    // the agent's grant is a token the node holds: its expiry goes into the snapshot
+    const grant = topology?.proofs ?? []
+    const held = init.heldTokens
+    const protocol = new ManagementProtocol(node, {
+      ...init,
+      ...(grant.length > 0 || held != null ? { heldTokens: () => [...grant, ...(held?.() ?? [])] } : {})
+    })
     await protocol.start()
     this.protocol = protocol
     if (init.role === 'agent') {

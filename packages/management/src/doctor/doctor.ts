@@ -198,15 +198,19 @@ export async function runDoctor (init: DoctorInit): Promise<DoctorReport> {
     else add({ check: 'capabilities', severity: 'ok', message: `${skill}: ${found.length} provider(s)`, subject: skill })
   }
 
-  // tokens about to expire
+  // tokens about to expire: the node's own (its snapshot lists them), then the ones given
   const now = Date.now()
+  const expiry = (held: { cid: string, expiresAt: number, issuer: Did, audience: Did }, whose: string): void => {
+    const { cid, issuer } = held
+    const left = held.expiresAt - now
+    const what = `${whose} ${cid.slice(0, 12)}… from ${issuer}${whose === 'token' ? '' : ` to ${held.audience}`}`
+    if (left <= 0) add({ check: 'tokens', severity: 'error', message: `${what} expired ${duration(-left)} ago`, fix: `ask ${issuer} for a new token`, subject: cid })
+    else if (left < warnExpiry) add({ check: 'tokens', severity: 'warn', message: `${what} expires in ${duration(left)}`, fix: `ask ${issuer} for a new token before it expires`, subject: cid })
+    else add({ check: 'tokens', severity: 'ok', message: `${what} valid for ${duration(left)}`, subject: cid })
+  }
+  for (const p of s?.proofs ?? []) expiry(p, 'the node\'s token')
   for (const t of init.tokens ?? []) {
-    const cid = (await tokenCid(t)).toString()
-    const left = t.payload.exp - now
-    const subject = cid
-    if (left <= 0) add({ check: 'tokens', severity: 'error', message: `token ${cid.slice(0, 12)}… from ${t.payload.iss} expired ${duration(-left)} ago`, fix: `ask ${t.payload.iss} for a new token`, subject })
-    else if (left < warnExpiry) add({ check: 'tokens', severity: 'warn', message: `token ${cid.slice(0, 12)}… from ${t.payload.iss} expires in ${duration(left)}`, fix: `ask ${t.payload.iss} for a new token before it expires`, subject })
-    else add({ check: 'tokens', severity: 'ok', message: `token ${cid.slice(0, 12)}… valid for ${duration(left)}`, subject })
+    expiry({ cid: (await tokenCid(t)).toString(), expiresAt: t.payload.exp, issuer: t.payload.iss, audience: t.payload.aud }, 'token')
   }
 
   return { peer, node, ...(s != null ? { snapshot: s } : {}), findings, worst: worstOf(findings) }

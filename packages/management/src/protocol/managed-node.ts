@@ -4,7 +4,7 @@
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { SNAPSHOT_LIMITS, SNAPSHOT_SIG_PREFIX, SNAPSHOT_VERSION } from './snapshot.js'
-import type { SnapshotConnection, SnapshotPayload } from './snapshot.js'
+import type { SnapshotConnection, SnapshotPayload, SnapshotProof } from './snapshot.js'
 import type { ExecutorEvent, RevocationStore } from '@ioa/collab'
 import type { Did, Gateway, GatewayExportedEvent, Identity, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
@@ -77,7 +77,7 @@ export function routingTableOf (transport: TransportNode): { mode: 'client' | 's
 }
 
 /** The content of the node's snapshot now, without `seq` and `time` (sorted, so that equal states encode equally) */
-export function snapshotContent (node: ManagedNode, counts: TaskCounts, role: 'node' | 'agent'): Omit<SnapshotPayload, 'seq' | 'time'> {
+export function snapshotContent (node: ManagedNode, counts: TaskCounts, role: 'node' | 'agent', proofs: readonly SnapshotProof[] = []): Omit<SnapshotPayload, 'seq' | 'time'> {
   const L = SNAPSHOT_LIMITS
   const truncated = { value: false }
   const byKey = <T>(key: (t: T) => string) => (a: T, b: T): number => key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0
@@ -111,6 +111,9 @@ export function snapshotContent (node: ManagedNode, counts: TaskCounts, role: 'n
       innerAddresses: cut([...new Set(g.addresses().map(clip))].sort(), L.maxAddresses, truncated),
       exports: cut(exports, L.maxExports, truncated)
     }
+  }
+  if (proofs.length > 0) {
+    content.proofs = cut([...proofs].sort(byKey(p => `${String(p.expiresAt).padStart(16, '0')} ${p.cid}`)), L.maxProofs, truncated)
   }
   if (truncated.value) content.truncated = true
   return fit(content)

@@ -7,15 +7,15 @@
  * `ioa:management:protocol`.
  */
 import * as dagCbor from '@ipld/dag-cbor'
-import { TokenExpiredError } from '@ioa/collab'
+import { TokenExpiredError, tokenCid } from '@ioa/collab'
 import { equals } from 'uint8arrays/equals'
 import { BadManagementRequestError, TooManyWatchesError } from '../errors.js'
 import { authorize, parseProofs } from './auth.js'
 import { TaskCounts, snapshotContent } from './managed-node.js'
 import { peerDid, signSnapshot } from './snapshot.js'
 import type { ManagedNode } from './managed-node.js'
-import type { SignedSnapshot } from './snapshot.js'
-import type { VerifiedChain } from '@ioa/collab'
+import type { SignedSnapshot, SnapshotProof } from './snapshot.js'
+import type { Token, VerifiedChain } from '@ioa/collab'
 import type { Did } from '@ioa/interconnect'
 import type { RequestContext } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
@@ -85,6 +85,16 @@ export interface ManagementProtocolInit {
    * @default 30_000
    */
   clockSkew?: number
+  /**
+   * The tokens this node holds and relies on (a management agent's grant,
+   * its agents' delegations): their CID, expiry, audience and issuer (never
+   * the tokens) go into the snapshot's `proofs`, so that a doctor can warn
+   * before they expire. Read at each snapshot; at most 64 are listed
+   * (soonest to expire first)
+   *
+   * @default none (a management layer adds its topology's grant)
+   */
+  heldTokens?: () => readonly Token[]
 }
 
 /** Defaults of {@link ManagementProtocolInit} */
@@ -113,7 +123,7 @@ export interface SnapshotResponse {
   now: number
 }
 
-type Settings = Omit<typeof MANAGEMENT_DEFAULTS, 'role'> & { role: 'node' | 'agent', operator?: Did }
+type Settings = Omit<typeof MANAGEMENT_DEFAULTS, 'role'> & { role: 'node' | 'agent', operator?: Did, heldTokens?: () => readonly Token[] }
 
 function positive (name: string, value: number, max = 2_147_483_647): number {
   if (!Number.isInteger(value) || value < 1 || value > max) throw new TypeError(`${name} must be an integer from 1 to ${max}`)
@@ -135,6 +145,8 @@ export class ManagementProtocol {
   private timer?: ReturnType<typeof setTimeout>
   private poll?: ReturnType<typeof setInterval>
   private readonly unsubscribe: Array<() => void> = []
+  /** The snapshot entry of each held token (its CID is hashed once) */
+  private readonly proofEntries = new WeakMap<Token, SnapshotProof>()
   private started = false
 
   constructor (private readonly node: ManagedNode, init: ManagementProtocolInit = {}) {
@@ -202,8 +214,23 @@ export class ManagementProtocol {
     return { watches: this.watches, peers: this.watchesByPeer.size, seq: this.seq }
   }
 
+  /** The snapshot entries of the tokens the node holds now */
+  private async heldProofs (): Promise<SnapshotProof[]> {
+    const held = this.settings.heldTokens?.() ?? []
+    const out: SnapshotProof[] = []
+    for (const t of held) {
+      let entry = this.proofEntries.get(t)
+      if (entry == null) {
+        entry = { cid: (await tokenCid(t)).toString(), expiresAt: t.payload.exp, audience: t.payload.aud, issuer: t.payload.iss }
+        this.proofEntries.set(t, entry)
+      }
+      if (!out.some(p => p.cid === entry?.cid)) out.push(entry)
+    }
+    return out
+  }
+
   private async refresh (): Promise<SignedSnapshot> {
-    const content = snapshotContent(this.node, this.counts, this.settings.role)
+    const content = snapshotContent(this.node, this.counts, this.settings.role, await this.heldProofs())
     const bytes = dagCbor.encode(content)
     const now = Date.now()
     if (this.current != null && this.currentContent != null && equals(bytes, this.currentContent) &&
@@ -305,7 +332,10 @@ export class ManagementProtocol {
       while (this.started && !ctx.signal.aborted) {
         await this.waitChange(heartbeat, ctx.signal)
         if (!this.started || ctx.signal.aborted) break
-        if (Date.now() > chain.expiresAt + s.clockSkew) throw new TokenExpiredError('The watch\'s delegation chain expired')
+        if (Date.now() > chain.expiresAt + s.clockSkew) {
+          this.log('ended the watch of %p: %s, its delegation chain expired at %s', ctx.peer, TokenExpiredError.code, new Date(chain.expiresAt).toISOString())
+          throw new TokenExpiredError('The watch\'s delegation chain expired')
+        }
         const cur = this.current
         if (cur != null && cur.payload.seq > sent.payload.seq) {
           sent = cur

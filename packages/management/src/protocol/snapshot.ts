@@ -32,6 +32,8 @@ export const SNAPSHOT_LIMITS = Object.freeze({
   maxExports: 256,
   /** Characters of a string field (an address, a name, a domain) */
   maxString: 512,
+  /** Tokens the node holds listed in `proofs` */
+  maxProofs: 64,
   /** Largest encoded signed snapshot, bytes */
   maxBytes: 262_144
 })
@@ -62,6 +64,18 @@ export interface SnapshotGateway {
   exports: Did[]
 }
 
+/** A token the node holds (a grant it relies on): when it expires, never the token itself */
+export interface SnapshotProof {
+  /** The token's CID (spec/collab-delegation.md), base32 */
+  cid: string
+  /** Its `exp`, ms since the epoch */
+  expiresAt: number
+  /** Its `aud` (usually this node or one of its agents) */
+  audience: Did
+  /** Its `iss`: who can issue a new one */
+  issuer: Did
+}
+
 /** The signed content of a snapshot */
 export interface SnapshotPayload {
   v: 1
@@ -89,6 +103,8 @@ export interface SnapshotPayload {
   tasks: { completed: number, failed: number, canceled: number, refused: number }
   /** The DHT routing table */
   dht: { mode: 'client' | 'server', size: number, buckets: number }
+  /** Tokens the node holds, soonest to expire first (absent when it holds none) */
+  proofs?: SnapshotProof[]
   /** Present and true when a list was cut to its limit */
   truncated?: true
 }
@@ -132,6 +148,7 @@ const PayloadSchema = z.object({
   load: z.object({ activeTasks: Count }).strict(),
   tasks: z.object({ completed: Count, failed: Count, canceled: Count, refused: Count }).strict(),
   dht: z.object({ mode: z.enum(['client', 'server']), size: Count, buckets: Count }).strict(),
+  proofs: z.array(z.object({ cid: Str, expiresAt: Count, audience: DidField, issuer: DidField }).strict()).min(1).max(L.maxProofs).optional(),
   truncated: z.literal(true).optional()
 }).strict()
 
@@ -158,6 +175,7 @@ export function parseSnapshotPayload (value: unknown): SnapshotPayload {
   // DAG-CBOR has no undefined: optional fields that are absent stay absent
   if (p.gateway === undefined) delete p.gateway
   if (p.truncated === undefined) delete p.truncated
+  if (p.proofs === undefined) delete p.proofs
   return p
 }
 

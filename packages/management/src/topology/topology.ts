@@ -1,7 +1,8 @@
 /**
  * A management agent's topology (`spec/management.md`, "Management
  * protocol" 6): it watches every connected peer that serves
- * `/ioa/manage/1.0.0` (with the operator's authority), keeps each node's
+ * `/ioa/manage/1.0.0` (with the operator's authority), dials the peers the
+ * watched nodes report (finder.ts) so that the whole domain is watched, keeps each node's
  * last verified snapshot, and offers the whole as a snapshot and as a
  * stream of typed events. Logs on `ioa:management:topology`.
  */
@@ -9,6 +10,7 @@ import { TopologyOverflowError } from '../errors.js'
 import { ManagementCredentials, watchNode } from '../protocol/client.js'
 import { MANAGEMENT_PROTOCOL } from '../protocol/service.js'
 import { peerDid } from '../protocol/snapshot.js'
+import { PeerFinder } from './finder.js'
 import { checkGrant } from './grant.js'
 import { assemble, linkKey, linksOf, nodeOf } from './model.js'
 import type { ManagedNode } from '../protocol/managed-node.js'
@@ -70,6 +72,40 @@ export interface TopologyInit {
    * @default 1_000
    */
   maxQueuedEvents?: number
+  /**
+   * Dial the peers that watched nodes report in their snapshots'
+   * `connections`, and the peers of the node's peer store known to serve
+   * the management protocol, so that nodes not connected to this one are
+   * watched too; `false`: only connected peers
+   *
+   * @default true
+   */
+  discover?: boolean
+  /**
+   * Dials of reported peers at once
+   *
+   * @default 4
+   */
+  maxDials?: number
+  /**
+   * Reported peers remembered as candidates to dial, in all
+   *
+   * @default 1_024
+   */
+  maxCandidates?: number
+  /**
+   * Candidates one watched node's snapshots may add (a node reporting made-up
+   * peers costs the agent at most this many dials per `rescanInterval`)
+   *
+   * @default 64
+   */
+  maxCandidatesPerNode?: number
+  /**
+   * Time of one dial of a reported peer, in ms
+   *
+   * @default 10_000
+   */
+  dialTimeout?: number
 }
 
 /** Defaults of {@link TopologyInit} */
@@ -78,7 +114,11 @@ export const TOPOLOGY_DEFAULTS = Object.freeze({
   maxNodes: 256,
   retryDelay: 5_000,
   rescanInterval: 30_000,
-  maxQueuedEvents: 1_000
+  maxQueuedEvents: 1_000,
+  maxDials: 4,
+  maxCandidates: 1_024,
+  maxCandidatesPerNode: 64,
+  dialTimeout: 10_000
 })
 
 /** Codes after which a watch is not tried again on the same connection (the node will keep refusing) */
@@ -114,7 +154,13 @@ class DefaultTopology implements Topology {
   private readonly watched = new Map<string, Watched>()
   private readonly linkReporters = new Map<string, { link: TopologyLink, by: Set<string> }>()
   private readonly subscribers = new Set<Subscriber>()
-  private readonly settings: { heartbeat: number, maxNodes: number, retryDelay: number, rescanInterval: number, maxQueuedEvents: number, domains?: Set<string> }
+  private readonly settings: { heartbeat: number, maxNodes: number, retryDelay: number, rescanInterval: number, maxQueuedEvents: number, maxDials: number, maxCandidates: number, maxCandidatesPerNode: number, dialTimeout: number, domains?: Set<string> }
+  private readonly finder?: PeerFinder
+  /** Peers of a domain not watched (not dialled again), at most `maxCandidates` */
+  private readonly excluded = new Set<string>()
+  /** Earliest `exp` of the grant (Infinity without one): past it, no node will answer */
+  private readonly grantExpires: number
+  private grantLogged = false
   private readonly retries = new Set<ReturnType<typeof setTimeout>>()
   private selfTimer?: ReturnType<typeof setInterval>
   private rescanTimer?: ReturnType<typeof setInterval>
@@ -131,12 +177,36 @@ class DefaultTopology implements Topology {
       retryDelay: init.retryDelay ?? TOPOLOGY_DEFAULTS.retryDelay,
       rescanInterval: init.rescanInterval ?? TOPOLOGY_DEFAULTS.rescanInterval,
       maxQueuedEvents: init.maxQueuedEvents ?? TOPOLOGY_DEFAULTS.maxQueuedEvents,
+      maxDials: init.maxDials ?? TOPOLOGY_DEFAULTS.maxDials,
+      maxCandidates: init.maxCandidates ?? TOPOLOGY_DEFAULTS.maxCandidates,
+      maxCandidatesPerNode: init.maxCandidatesPerNode ?? TOPOLOGY_DEFAULTS.maxCandidatesPerNode,
+      dialTimeout: init.dialTimeout ?? TOPOLOGY_DEFAULTS.dialTimeout,
       ...(init.domains != null ? { domains: new Set(init.domains) } : {})
     }
-    for (const k of ['heartbeat', 'maxNodes', 'retryDelay', 'rescanInterval', 'maxQueuedEvents'] as const) {
+    for (const k of ['heartbeat', 'maxNodes', 'retryDelay', 'rescanInterval', 'maxQueuedEvents', 'maxDials', 'maxCandidates', 'maxCandidatesPerNode', 'dialTimeout'] as const) {
       const v = this.settings[k]
       if (!Number.isInteger(v) || v < 1) throw new TypeError(`${k} must be a positive integer`)
     }
+    const proofs = init.proofs ?? []
+    this.grantExpires = proofs.length > 0 ? Math.min(...proofs.map(p => p.payload.exp)) : Infinity
+    if (init.discover !== false) {
+      const st = this.settings
+      this.finder = new PeerFinder(node.transport, { ...st, retryAfter: st.rescanInterval }, node.logger.forComponent('ioa:management:topology:finder'), peer => {
+        const key = peer.toString()
+        return this.watched.has(key) || this.excluded.has(key) || peer.equals(this.node.transport.peerId) ||
+          this.node.transport.getConnections(peer).length > 0 || this.grantExpired()
+      })
+    }
+  }
+
+  /** Has the operator's grant expired? (logged once: every node would refuse it) */
+  private grantExpired (): boolean {
+    if (Date.now() < this.grantExpires) return false
+    if (!this.grantLogged) {
+      this.grantLogged = true
+      this.log.error('the operator\'s grant to this node expired at %s: no node is watched until the node is given a new one', new Date(this.grantExpires).toISOString())
+    }
+    return true
   }
 
   async start (): Promise<void> {
@@ -148,8 +218,11 @@ class DefaultTopology implements Topology {
     // a peer that starts serving the protocol after identify ran tells it by identify push
     t.addEventListener('peer:update', this.onPeerUpdate)
     for (const c of t.getConnections()) this.consider(c.remotePeer)
+    this.finder?.offerKnown(MANAGEMENT_PROTOCOL).catch((err: unknown) => { this.log.error('could not read the peer store - %e', err) })
     this.rescanTimer = setInterval(() => {
       for (const c of this.node.transport.getConnections()) this.watch(c.remotePeer, true)
+      this.finder?.retry()
+      this.finder?.offerKnown(MANAGEMENT_PROTOCOL).catch((err: unknown) => { this.log.error('could not read the peer store - %e', err) })
     }, this.settings.rescanInterval)
     this.rescanTimer.unref?.()
     if (this.ownSnapshot != null) {
@@ -178,6 +251,7 @@ class DefaultTopology implements Topology {
     clearInterval(this.rescanTimer)
     for (const r of this.retries) clearTimeout(r)
     this.retries.clear()
+    this.finder?.stop()
     for (const w of this.watched.values()) w.controller.abort()
     for (const s of this.subscribers) s.wake?.()
   }
@@ -255,7 +329,7 @@ class DefaultTopology implements Topology {
     const key = peer.toString()
     if (!this.started || this.watched.has(key) || peer.equals(this.node.transport.peerId)) return
     const did = peerDid(peer)
-    if (did == null) return
+    if (did == null || this.excluded.has(key) || this.grantExpired()) return
     if (this.watched.size >= this.settings.maxNodes) {
       this.log('not watching %p: already %d nodes (maxNodes)', peer, this.watched.size)
       return
@@ -275,6 +349,7 @@ class DefaultTopology implements Topology {
           if (this.settings.domains != null && !this.settings.domains.has(item.snapshot.payload.domain)) {
             reason = `its domain ${item.snapshot.payload.domain} is not watched`
             code = 'NOT_WATCHED'
+            if (this.excluded.size < this.settings.maxCandidates) this.excluded.add(w.peer.toString())
             break
           }
           this.update(w, item.snapshot, item.receivedAt, item.now)
@@ -291,7 +366,9 @@ class DefaultTopology implements Topology {
       this.gone(w, reason)
     }
     const connected = this.node.transport.getConnections(w.peer).length > 0
-    if (this.started && connected && code !== 'NOT_WATCHED' && (code == null || !FINAL.has(code))) {
+    // an expired grant is refused by every node: watching again would only be refused again
+    const expired = code === 'TOKEN_EXPIRED' && this.grantExpired()
+    if (this.started && connected && !expired && code !== 'NOT_WATCHED' && (code == null || !FINAL.has(code))) {
       const retry = setTimeout(() => {
         this.retries.delete(retry)
         this.watch(w.peer)
@@ -310,6 +387,8 @@ class DefaultTopology implements Topology {
     w.node = nodeOf(s.payload, now, receivedAt)
     this.emit(added ? { type: 'node-added', node: w.node } : { type: 'node-changed', node: w.node })
     this.setLinks(w, linksOf(s.payload))
+    // the peers it is connected to are nodes of the domain this one may not see yet
+    if (w !== this.self) this.finder?.offer(w.peer.toString(), s.payload)
   }
 
   private setLinks (w: Watched, links: TopologyLink[]): void {
@@ -340,6 +419,7 @@ class DefaultTopology implements Topology {
   private gone (w: Watched, reason: string): void {
     if (this.watched.get(w.peer.toString()) !== w) return
     this.watched.delete(w.peer.toString())
+    this.finder?.forget(w.peer.toString())
     this.setLinks(w, [])
     if (w.node != null) this.emit({ type: 'node-gone', did: w.did, peer: w.peer.toString(), reason })
   }

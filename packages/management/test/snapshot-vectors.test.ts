@@ -18,6 +18,7 @@ interface Vectors {
   signingBytes: string
   signature: string
   tampered: { field: keyof SnapshotPayload, value: unknown, error: string }
+  withProofs: { proofs: NonNullable<SnapshotPayload['proofs']>, signingBytes: string, signature: string }
 }
 
 const v = readSpecBlock<Vectors>('management.md', 'vectors')
@@ -33,6 +34,18 @@ describe('management snapshot vectors (spec/management.md 1.8)', () => {
     expect(toHex(signed.sig)).toBe(v.signature)
     const checked = await verifySnapshot({ payload: v.payload, sig: fromHex(v.signature) }, { node: v.did })
     expect(checked.payload).toEqual(v.payload)
+  })
+
+  it('the payload with the optional proofs field gives its signing bytes and signature; a malformed proof is refused', async () => {
+    const node = identityFromPrivateKey(await ed25519KeyFromSeed(v.seed))
+    const payload = { ...v.payload, proofs: v.withProofs.proofs }
+    expect(toHex(snapshotSigningBytes(payload))).toBe(v.withProofs.signingBytes)
+    expect(toHex((await signSnapshot(node, payload)).sig)).toBe(v.withProofs.signature)
+    const sig = fromHex(v.withProofs.signature)
+    expect((await verifySnapshot({ payload, sig }, { node: v.did })).payload.proofs).toEqual(v.withProofs.proofs)
+    await expectErrorCode(verifySnapshot({ payload: { ...payload, proofs: [{ ...v.withProofs.proofs[0], token: 'x' }] }, sig }), 'INVALID_NODE_SNAPSHOT')
+    await expectErrorCode(verifySnapshot({ payload: { ...payload, proofs: [] }, sig }), 'INVALID_NODE_SNAPSHOT')
+    await expectErrorCode(verifySnapshot({ payload: { ...payload, proofs: Array.from({ length: 65 }, () => v.withProofs.proofs[0]) }, sig }), 'INVALID_NODE_SNAPSHOT')
   })
 
   it('a tampered payload, a foreign signer and a malformed snapshot are refused', async () => {

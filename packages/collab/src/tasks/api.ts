@@ -319,8 +319,12 @@ export interface TaskService {
   submitAndWait(from: Did | Identity, to: Did, request: TaskRequest, options?: SubmitOptions & { onEvent?: (event: TaskEvent) => void }): Promise<TaskSnapshot>
   get(to: Did, taskId: string, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
   cancel(to: Did, taskId: string, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
-  /** Stream a task's events again, from its current state (after a disconnect) */
-  resubscribe(to: Did, taskId: string, options?: { signal?: AbortSignal }): AsyncGenerator<TaskEvent, void, undefined>
+  /**
+   * Stream a task's events again, from its current state (after a
+   * disconnect); `trace`: the W3C trace context the resubscribe's CLIENT
+   * span continues (a bad one is `INVALID_TRACE`; spec/management.md 3.1)
+   */
+  resubscribe(to: Did, taskId: string, options?: { signal?: AbortSignal, trace?: TraceContext }): AsyncGenerator<TaskEvent, void, undefined>
   /** Hand an approval record to the executor: the task leaves auth-required and runs */
   approve(to: Did, taskId: string, approval: Approval, options?: { signal?: AbortSignal }): Promise<TaskSnapshot>
   /** Register the protocol (done by the first `serve`; requesters need not call it) */

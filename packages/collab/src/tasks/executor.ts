@@ -37,6 +37,7 @@ import { TASK_PROTOCOL_V2, checkSubmitV2, diffSnapshots, parseResubscribeV2, wit
 import type { TraceContext } from './wire-v2.js'
 import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } from '../tracing.js'
 import type { IoaTracer } from '../tracing.js'
+import { servedResubscribe, startResubscribeServer } from './resubscribe-span.js'
 import { runTool } from '../tool-span.js'
 import type { VerificationCache } from '../auth/verification-cache.js'
 import type { ExecutorEvent, ServeOptions, SkillHandler, TaskEvent, TaskServiceComponents, TaskServiceInit } from './api.js'
@@ -787,14 +788,22 @@ export class TaskExecutor {
     return found
   }
 
-  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }): AsyncGenerator<unknown> {
+  /** `local`: the trace of a resubscribe from this node's own requester (no wire between) */
+  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }, local?: TraceContext): AsyncGenerator<unknown> {
+    let trace = local
     if (v2 != null) {
       assertCanonical(v2)
-      const { trace } = parseResubscribeV2(payload)
+      trace = parseResubscribeV2(payload).trace
       if (trace != null) this.log.trace('resubscribe from %s with trace %s', peer, trace.traceparent)
     }
     const task = await this.control(v2 != null ? withoutTrace(payload) : payload, peer)
-    yield * this.follow(task, signal, undefined, v2 != null)
+    const record = (): TaskRecord => 'record' in task ? task.record : task
+    // the SERVER span of the stream (spec/management.md 3.2), once the task is found and the caller checked
+    const span = startResubscribeServer(this.tracer, trace, () => {
+      const r = record()
+      return { 'gen_ai.agent.id': r.agent, 'ioa.skill': r.snapshot.skill, 'ioa.task.id': r.snapshot.id, 'ioa.caller': r.owner }
+    })
+    yield * servedResubscribe(this.follow(task, signal, undefined, v2 != null), span, () => record().snapshot.state)
   }
 
   async onGet (payload: unknown, peer: string): Promise<TaskSnapshot> {

@@ -12,6 +12,7 @@ import { MAX_LEASE, MIN_LEASE, eventState, eventTaskId, parseEvent } from './wir
 import type { TaskEvent } from './api.js'
 import type { EventSource } from './event-source.js'
 import type { TaskState } from './model.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did, Outcome } from '@ioa/interconnect'
 import type { Logger } from '@libp2p/interface'
 
@@ -68,7 +69,7 @@ function drain (host: LeaseWatchHost, source: EventSource, taskId: string, contr
  * is resubscribed until 3 lease intervals pass without any event, then a
  * `lapsed` event ends the iteration.
  */
-export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
+export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal, trace?: TraceContext): AsyncGenerator<TaskEvent, void, undefined> {
   let taskId = initialId
   let lease = host.lease
   let received = false
@@ -106,7 +107,8 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
       arm()
       source = submit != null && !received
         ? await submit(target, signal)
-        : host.openStream(target, 'resubscribe', { agent: to, task: taskId }, signal)
+        // `trace`: the submit's CLIENT span (or the caller's trace), parent of the resubscribe's own span
+        : host.openStream(target, 'resubscribe', trace != null ? { agent: to, task: taskId, trace } : { agent: to, task: taskId }, signal)
       while (true) {
         arm()
         const next = await source.next()

@@ -22,6 +22,7 @@ import { TASK_PROTOCOL_V2, checkTrace, withoutTrace } from './wire-v2.js'
 import { FallbackEvents, RemoteEvents } from './event-source.js'
 import { submitBytes } from './submit-bytes.js'
 import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } from '../tracing.js'
+import { startResubscribeClient, tracedResubscribe } from './resubscribe-span.js'
 import type { IoaTracer } from '../tracing.js'
 import { positiveInteger } from '../options.js'
 import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
@@ -175,15 +176,26 @@ export class TaskRequester implements LeaseWatchHost {
   }
 
   openStream (peer: string, method: 'submit' | 'resubscribe', payload: unknown, signal: AbortSignal): EventSource {
+    if (method === 'resubscribe') return this.openResubscribe(peer, payload as { agent: Did, task: string, trace?: TraceContext }, signal)
     if (peer === 'local') {
-      const source = method === 'submit'
-        ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
-        : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal)
+      const source = this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
       return (async function * () {
         for await (const e of source) yield roundTrip(e)
       })()
     }
     return this.remoteStream(peer, method, payload, signal)
+  }
+
+  /** A resubscribe stream in its CLIENT span (spec/management.md 3.2), the request's `trace` continuing it */
+  private openResubscribe (peer: string, payload: { agent: Did, task: string, trace?: TraceContext }, signal: AbortSignal): EventSource {
+    const { span, request } = startResubscribeClient(this.tracer, payload)
+    if (peer === 'local') {
+      const source = this.executor.onResubscribe(roundTrip(withoutTrace(request)), this.selfPeer(), signal, undefined, request.trace)
+      return tracedResubscribe((async function * () {
+        for await (const e of source) yield roundTrip(e)
+      })(), span)
+    }
+    return tracedResubscribe(this.remoteStream(peer, 'resubscribe', request, signal), span)
   }
 
   /**
@@ -320,14 +332,14 @@ export class TaskRequester implements LeaseWatchHost {
       return await this.openSubmit(peer, identity, init, body, auth, signal, trace)
     }
     if (request.idempotencyKey == null) {
-      return this.watch(to, taskId, open, options.signal)
+      return this.watch(to, taskId, open, options.signal, trace)
     }
     // concurrent submits with one key follow one stream (checked and set before any await)
     const key = `${identity.did}\n${to}\n${request.idempotencyKey}`
     let shared = this.joins.get(key)
     if (shared == null) {
       const created = new SharedStream<TaskEvent>(
-        signal => this.watch(to, taskId, open, signal),
+        signal => this.watch(to, taskId, open, signal, trace),
         e => e.type === 'status' || e.type === 'artifact',
         () => { if (this.joins.get(key) === created) this.joins.delete(key) }
       )
@@ -380,10 +392,12 @@ export class TaskRequester implements LeaseWatchHost {
     })
   }
 
-  async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {
+  async * resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal, trace?: TraceContext } = {}): AsyncGenerator<TaskEvent, void, undefined> {
     if (!isDid(to)) throw new UnknownAgentError(`Not an agent id: ${String(to).slice(0, 80)}`)
     if (typeof taskId !== 'string' || !TASK_ID_PATTERN.test(taskId)) throw new InvalidEnvelopeError('Not a task id')
-    yield * this.watch(to, taskId, undefined, options.signal)
+    // checked here: a bad trace is the caller's error; each resubscribe stream's CLIENT span is its child
+    const trace = options.trace != null ? checkTrace(options.trace) : undefined
+    yield * this.watch(to, taskId, undefined, options.signal, trace)
   }
 
 
@@ -392,8 +406,8 @@ export class TaskRequester implements LeaseWatchHost {
    * is resubscribed until 3 lease intervals pass without any event, then a
    * `lapsed` event ends the iteration.
    */
-  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal): AsyncGenerator<TaskEvent, void, undefined> {
-    return watchLease(this, to, initialId, submit, outer)
+  private watch (to: Did, initialId: string, submit: ((peer: string, signal: AbortSignal) => Promise<EventSource>) | undefined, outer?: AbortSignal, trace?: TraceContext): AsyncGenerator<TaskEvent, void, undefined> {
+    return watchLease(this, to, initialId, submit, outer, trace)
   }
 
   /** Feed what a task showed of a remote agent to the interconnect's ranking (spec/interconnect.md 7.1) */

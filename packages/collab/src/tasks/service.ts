@@ -17,6 +17,7 @@ import type {
 } from './api.js'
 import type { Approval } from '../auth/policy.js'
 import type { TaskSnapshot } from './model.js'
+import type { TraceContext } from './wire-v2.js'
 import type { Did, Identity, Interconnect } from '@ioa/interconnect'
 
 export { TASK_PROTOCOL, MAX_KEY_LENGTH, checkSubmit, eventTaskId, parseEvent, parseTaskRef } from './wire.js'
@@ -71,7 +72,7 @@ class DefaultTaskService implements TaskService {
     return await this.requester.cancel(to, taskId, options)
   }
 
-  resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<TaskEvent, void, undefined> {
+  resubscribe (to: Did, taskId: string, options: { signal?: AbortSignal, trace?: TraceContext } = {}): AsyncGenerator<TaskEvent, void, undefined> {
     return this.requester.resubscribe(to, taskId, options)
   }
 

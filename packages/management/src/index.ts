@@ -58,6 +58,8 @@ export type { DiscoveringService, SubmittingService } from './metrics/metered.js
 export { startManagementServer, HTTP_DEFAULTS } from './http/server.js'
 export type { ManagementServer, ManagementServerInit, RouteHandler, RouteOptions, RouteRequest, RouteResponse } from './http/server.js'
 export { ManagementHttpError, InvalidHttpAddressError, HttpListenError } from './http/errors.js'
+export { LOGIN_CAPABILITY, LOGIN_AUTHORITY_DEFAULTS } from './http/login-link.js'
+export type { LoginAuthority } from './http/login-link.js'
 
 // the dashboard: its page and data API on the management HTTP server (spec/management.md 2.6)
 export { serveDashboard, DASHBOARD_DEFAULTS } from './dashboard/dashboard.js'

@@ -11,7 +11,6 @@
 import { createTaskService, delegate } from '@ioa/collab'
 import { SpanKind } from '@opentelemetry/api'
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base'
-import pDefer from 'p-defer'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { until } from '../../../test/util.js'
 import { resolvable, startTaskPair } from '../../collab/test/task-pair.js'
@@ -20,7 +19,6 @@ import type { Token, TaskEvent, TaskService } from '@ioa/collab'
 import type { HostedAgent } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
-import type { DeferredPromise } from 'p-defer'
 
 const GIVEN = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
 
@@ -38,7 +36,7 @@ describe('resubscribe spans over TCP', () => {
   let tsR: TaskService
   const spansE = new InMemorySpanExporter()
   const spansR = new InMemorySpanExporter()
-  const gates = new Map<string, DeferredPromise<void>>()
+  const gates = new Map<string, { promise: Promise<void>, resolve: () => void }>()
 
   beforeAll(async () => {
     const pair = await startTaskPair(closers)
@@ -55,7 +53,8 @@ describe('resubscribe spans over TCP', () => {
     closers.push(async () => tsE.stop(), async () => tsR.stop())
     // each task runs until the test opens its gate
     await tsE.serve(worker.did, 'test.slow', async (input, ctx) => {
-      const gate = pDefer<void>()
+      let resolve = (): void => {}
+      const gate = { promise: new Promise<void>(r => { resolve = r }), resolve: () => { resolve() } }
       gates.set(ctx.task.id, gate)
       await gate.promise
       return input

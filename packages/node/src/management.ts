@@ -76,7 +76,7 @@ export interface IoaManagementInit {
 /** The management plane of a running node */
 export interface IoaManagement {
   /** The management HTTP server, when `management.http` is set */
-  readonly http?: Pick<ManagementServer, 'url' | 'loginUrl' | 'token' | 'route'>
+  readonly http?: Pick<ManagementServer, 'url' | 'loginUrl' | 'token' | 'route' | 'newLoginLink'>
   /**
    * The management protocol `/ioa/manage/1.0.0` and, with `role: 'agent'`,
    * the topology of the nodes it watches: served when `operator` or `role`
@@ -140,7 +140,20 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
       log('management protocol served (role %s)', init.role ?? 'node')
     }
     if (init.http != null) {
-      server = await p.module.startManagementServer({ ...init.httpLimits, listen: init.http, registry: p.registry, logger: node.logger, token: init.token, allowedHosts: init.allowedHosts })
+      server = await p.module.startManagementServer({
+        ...init.httpLimits,
+        listen: init.http,
+        registry: p.registry,
+        logger: node.logger,
+        token: init.token,
+        allowedHosts: init.allowedHosts,
+        // `ioa login`: a new login link for a chain from the operator's key (spec/management.md 2.2)
+        loginAuthority: {
+          node: node.nodeIdentity.did,
+          ...(init.operator != null ? { operator: init.operator } : {}),
+          ...(node.revocationStore != null ? { isRevoked: async (cid, issuers) => await node.revocationStore?.isRevoked(cid, issuers) ?? false } : {})
+        }
+      })
       server.route('GET', '/api/v1/node', () => ({ body: nodeStatus(node) }))
       // the topology of a management agent: the config's (`role: 'agent'`) or a management layer the node was given
       const topology = (): ManagementLayer['topology'] => plane?.topology ?? (node.layer?.('management') as ManagementLayer | undefined)?.topology
@@ -156,7 +169,7 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
   const s = server
   const pl = plane
   return {
-    ...(s != null ? { http: { url: s.url, loginUrl: s.loginUrl, token: s.token, route: s.route.bind(s) } } : {}),
+    ...(s != null ? { http: { url: s.url, loginUrl: s.loginUrl, token: s.token, route: s.route.bind(s), newLoginLink: s.newLoginLink } } : {}),
     ...(pl != null ? { plane: pl } : {}),
     orchestrator: (o) => { metrics.orchestrator(o) },
     stop: async () => {

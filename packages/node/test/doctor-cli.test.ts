@@ -6,50 +6,19 @@
  * required capability nobody offers, the human report names the error and
  * what to do (exit 1); a key the node does not trust gets NOT_OPERATOR.
  */
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { delegate, tokenCid } from '@ioa/collab'
 import { encodeToken } from '@ioa/collab/wire'
-import { identityFromPrivateKey } from '@ioa/interconnect'
 import { createManagement } from '@ioa/management'
-import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
 import { describe, expect, it } from 'vitest'
 import { createIoaNode } from '../src/index.js'
+import { ioa, keyFile } from './fixtures/cli-process.js'
 import { scratch } from './fixtures/scratch.js'
 import type { Token } from '@ioa/collab'
-import type { Identity } from '@ioa/interconnect'
 import type { DoctorReport } from '@ioa/management'
 
-const BIN = fileURLToPath(new URL('../bin/ioa.js', import.meta.url))
 const { nodes, tempDir } = scratch('doctor-cli-')
-
-interface Run { code: number | null, stdout: string, stderr: string }
-
-async function ioa (args: string[], cwd: string): Promise<Run> {
-  const env: Record<string, string | undefined> = { ...process.env, IOA_HOME: join(cwd, 'home') }
-  delete env.IOA_BOOTSTRAP
-  delete env.IOA_KEY_PASSPHRASE
-  const child = spawn(process.execPath, [BIN, ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.setEncoding('utf8').on('data', (c: string) => { stdout += c })
-  child.stderr.setEncoding('utf8').on('data', (c: string) => { stderr += c })
-  const timer = setTimeout(() => child.kill('SIGKILL'), 90_000)
-  const [code] = await once(child, 'close') as [number | null]
-  clearTimeout(timer)
-  return { code, stdout, stderr }
-}
-
-/** A key file of a new identity in `dir` */
-async function keyFile (dir: string, name: string): Promise<Identity> {
-  const seed = new Uint8Array(32).map(() => Math.floor(Math.random() * 256))
-  const identity = identityFromPrivateKey(await generateKeyPairFromSeed('Ed25519', seed))
-  await writeFile(join(dir, name), JSON.stringify({ type: 'ed25519', seed: Buffer.from(seed).toString('hex'), did: identity.did }), { mode: 0o600 })
-  return identity
-}
 
 async function tokenFile (dir: string, name: string, token: Token): Promise<string> {
   await writeFile(join(dir, name), Buffer.from(encodeToken(token)).toString('base64url') + '\n')

@@ -14,7 +14,7 @@ import type { EventSource } from './event-source.js'
 import type { TraceContext } from './wire-v2.js'
 
 /** The name of both spans of a resubscribe */
-export const RESUBSCRIBE_SPAN = 'resubscribe'
+const RESUBSCRIBE_SPAN = 'resubscribe'
 
 /** The request of a resubscribe on the requester's side */
 interface ResubscribeRequest { agent: string, task: string, trace?: TraceContext }

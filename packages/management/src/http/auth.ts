@@ -34,8 +34,19 @@ function cookie (header: string | undefined, name: string): string | undefined {
   return undefined
 }
 
-/** What a login with a token came to: a new session, a link used before, or a wrong token */
+/** What a login with a token came to: a new session, a link used before, or a wrong (or expired) token */
 export type LoginResult = 'session' | 'used' | 'wrong'
+
+/** Bounds of the new login links (`newLink`) */
+export interface LoginLinkLimits {
+  /** Links made and not yet expired, at most; the oldest goes first */
+  maxLinks: number
+  /** Lifetime of a link, ms */
+  linkTtl: number
+}
+
+/** Defaults of {@link LoginLinkLimits} */
+export const LOGIN_LINK_DEFAULTS: LoginLinkLimits = Object.freeze({ maxLinks: 8, linkTtl: 600_000 })
 
 /** The operator's token and the session it is exchanged for */
 export class OperatorAuth {
@@ -45,8 +56,10 @@ export class OperatorAuth {
   private readonly sessionDigest: Buffer
   /** The login link was used: it gave its one session cookie */
   private loggedIn = false
+  /** New one-time links by the hex SHA-256 of their secret (a hash lookup on a digest tells nothing of the secret), oldest first */
+  private readonly links = new Map<string, { expiresAt: number, used: boolean }>()
 
-  constructor (token: string = newSecret()) {
+  constructor (token: string = newSecret(), private readonly limits: LoginLinkLimits = LOGIN_LINK_DEFAULTS) {
     if (typeof token !== 'string' || !/^[A-Za-z0-9_-]{32,128}$/.test(token)) throw new TypeError('The operator token must be 32-128 base64url characters')
     this.token = token
     this.tokenDigest = digest(token)
@@ -61,10 +74,38 @@ export class OperatorAuth {
 
   /** A login with `given` (the login URL's token): a session the first time only (`used` after) */
   login (given: string | null | undefined): LoginResult {
-    if (!this.isToken(given)) return 'wrong'
+    if (!this.isToken(given)) return this.linkLogin(given)
     if (this.loggedIn) return 'used'
     this.loggedIn = true
     return 'session'
+  }
+
+  /**
+   * A new one-time login secret (spec/management.md 2.2, "A new login
+   * link"): it logs a browser in once within `linkTtl`; it is no `Bearer`
+   * credential
+   */
+  newLink (now = Date.now()): { secret: string, expiresAt: number } {
+    this.prune(now)
+    while (this.links.size >= this.limits.maxLinks) this.links.delete(this.links.keys().next().value as string)
+    const secret = newSecret()
+    const expiresAt = now + this.limits.linkTtl
+    this.links.set(digest(secret).toString('hex'), { expiresAt, used: false })
+    return { secret, expiresAt }
+  }
+
+  private linkLogin (given: string | null | undefined, now = Date.now()): LoginResult {
+    if (given == null || given.length > 512) return 'wrong'
+    this.prune(now)
+    const link = this.links.get(digest(given).toString('hex'))
+    if (link == null) return 'wrong'
+    if (link.used) return 'used'
+    link.used = true
+    return 'session'
+  }
+
+  private prune (now: number): void {
+    for (const [k, l] of this.links) if (l.expiresAt <= now) this.links.delete(k)
   }
 
   /** Do the request's headers carry the session cookie? */
@@ -73,7 +114,7 @@ export class OperatorAuth {
   }
 
   /** Does the request carry the operator's authority (bearer token or session cookie)? */
-  authorized (req: IncomingMessage): boolean {
+  authorized (req: { headers: IncomingMessage['headers'] }): boolean {
     const auth = req.headers.authorization
     if (auth != null && /^Bearer /i.test(auth)) return same(auth.slice(7).trim(), this.tokenDigest)
     return this.hasSession(req.headers)

@@ -7,10 +7,12 @@
  * address), header and body size, and time. Logs on `ioa:management:http`.
  */
 import { createServer } from 'node:http'
-import { OperatorAuth } from './auth.js'
+import { LOGIN_LINK_DEFAULTS, OperatorAuth } from './auth.js'
+import { LoginLinkRefusal, LoginProofs } from './login-link.js'
 import { hostAllowed, isLoopback, originAllowed, parseHttpAddress } from './address.js'
 import { HttpListenError, REFUSALS } from './errors.js'
 import type { Refusal } from './errors.js'
+import type { LoginAuthority } from './login-link.js'
 import type { ComponentLogger, Logger } from '@libp2p/interface'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
@@ -82,6 +84,26 @@ export interface ManagementServerInit {
    * @default 5_000
    */
   keepAliveTimeout?: number
+  /**
+   * Who may ask for a new login link with a delegation chain from the
+   * operator's key (`POST /api/v1/login-link`, spec/management.md 2.2);
+   * without it only the operator's token (or session) can
+   *
+   * @default none
+   */
+  loginAuthority?: LoginAuthority
+  /**
+   * New login links not yet expired at once; the oldest goes first
+   *
+   * @default 8
+   */
+  maxLoginLinks?: number
+  /**
+   * Lifetime of a new login link, ms
+   *
+   * @default 600_000
+   */
+  loginLinkTtl?: number
 }
 
 /** The defaults of `ManagementServerInit`'s limits */
@@ -93,7 +115,9 @@ export const HTTP_DEFAULTS = {
   maxHeaderBytes: 16_384,
   headersTimeout: 10_000,
   requestTimeout: 30_000,
-  keepAliveTimeout: 5_000
+  keepAliveTimeout: 5_000,
+  maxLoginLinks: 8,
+  loginLinkTtl: 600_000
 } as const
 
 /** What a route answers: a status (200), and a body: a string (text/plain unless `type` says), bytes, or a value sent as JSON */
@@ -141,6 +165,8 @@ export interface ManagementServer {
   readonly loginUrl: string
   /** The operator's token (`Authorization: Bearer <token>`) */
   readonly token: string
+  /** A new one-time login URL (valid `loginLinkTtl`), as `POST /api/v1/login-link` answers */
+  newLoginLink(): { login: string, expiresAt: number }
   /** Add a route (`GET` or `POST`, an exact path such as `/api/v1/topology`) */
   route(method: 'GET' | 'POST', path: string, handler: RouteHandler, options?: RouteOptions): void
   close(): Promise<void>
@@ -172,7 +198,10 @@ export async function startManagementServer (init: ManagementServerInit): Promis
     keepAliveTimeout: positive('keepAliveTimeout', init.keepAliveTimeout, HTTP_DEFAULTS.keepAliveTimeout)
   }
   if (limits.headersTimeout > limits.requestTimeout) throw new TypeError(`headersTimeout (${limits.headersTimeout} ms) must not be above requestTimeout (${limits.requestTimeout} ms)`)
-  const auth = new OperatorAuth(init.token)
+  const auth = new OperatorAuth(init.token, {
+    maxLinks: positive('maxLoginLinks', init.maxLoginLinks, LOGIN_LINK_DEFAULTS.maxLinks),
+    linkTtl: positive('loginLinkTtl', init.loginLinkTtl, LOGIN_LINK_DEFAULTS.linkTtl)
+  })
   const loopback = isLoopback(address.host)
   const routes = new Map<string, Route>()
   const server = createServer({
@@ -209,6 +238,37 @@ export async function startManagementServer (init: ManagementServerInit): Promis
       const refusal = result === 'used' ? REFUSALS.loginUsed : REFUSALS.unauthorized
       log('refused a login from %s: %s', req.remoteAddress, refusal.code)
       return loginRefusal(refusal, req.headers.accept)
+    }
+  })
+
+  // a new one-time login link: for the operator's token or session, or a chain from the operator's key
+  const newLoginLink = (): { login: string, expiresAt: number } => {
+    const { secret, expiresAt } = auth.newLink()
+    return { login: `${url}/login?token=${secret}`, expiresAt }
+  }
+  const proofs = init.loginAuthority != null ? new LoginProofs(init.loginAuthority) : undefined
+  if (proofs != null) routes.set('GET /api/v1/login-link', { access: 'public', handler: () => ({ body: proofs.describe() }) })
+  routes.set('POST /api/v1/login-link', {
+    access: 'public',
+    handler: async (req) => {
+      let how = 'the operator\'s token'
+      if (!auth.authorized(req)) {
+        if (proofs == null) {
+          log('refused a login link to %s: %s', req.remoteAddress, REFUSALS.unauthorized.code)
+          return refusalResponse(REFUSALS.unauthorized)
+        }
+        try {
+          const chain = await proofs.check(req.body)
+          how = `a chain of ${chain.length} token(s) from ${chain[0].payload.iss}`
+        } catch (err) {
+          if (!(err instanceof LoginLinkRefusal)) throw err
+          log('refused a login link to %s: %d %s %s', req.remoteAddress, err.refusal.status, err.refusal.code, err.refusal.message)
+          return refusalResponse(err.refusal)
+        }
+      }
+      const link = newLoginLink()
+      log('made a new login link for %s (%s), valid until %s', req.remoteAddress, how, new Date(link.expiresAt).toISOString())
+      return { body: link }
     }
   })
 
@@ -257,6 +317,7 @@ export async function startManagementServer (init: ManagementServerInit): Promis
     url,
     loginUrl: `${url}/login?token=${auth.token}`,
     token: auth.token,
+    newLoginLink,
     route (method, path, handler, options = {}) {
       if (!/^\/[A-Za-z0-9._~/-]*$/.test(path)) throw new TypeError(`Invalid route path ${path}`)
       if (routes.has(`${method} ${path}`)) throw new TypeError(`Route ${method} ${path} exists`)

@@ -15,7 +15,7 @@ import type { SnapshotPayload } from '../protocol/snapshot.js'
 import type { TransportNode } from '@ioa/transport'
 import type { Logger, PeerId } from '@libp2p/interface'
 
-export interface FinderLimits {
+interface FinderLimits {
   /** Dials at once */
   maxDials: number
   /** Candidates remembered in all */

@@ -8,6 +8,7 @@ import { discoverCommand } from './discover.js'
 import { doctorCommand } from './doctor.js'
 import { keyNewCommand, keyShowCommand } from './key.js'
 import { keyListCommand, keyPassphraseCommand } from './key-store.js'
+import { loginCommand } from './login.js'
 import { revokeCommand } from './revoke.js'
 import { startCommand } from './start.js'
 import { submitCommand } from './submit.js'
@@ -29,5 +30,6 @@ export const COMMANDS: readonly CommandSpec[] = [
   submitCommand,
   taskCommand,
   teamWatchCommand,
-  doctorCommand
+  doctorCommand,
+  loginCommand
 ]

@@ -11,6 +11,7 @@
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { CanceledError, TooManyRequestsError } from '@ioa/transport'
+import { EncodedPayload } from '@ioa/transport/internal'
 import { MemoryDatastore } from 'datastore-core'
 import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
 import { verificationCacheOf } from '../auth/verification-cache.js'
@@ -29,6 +30,7 @@ import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
 import { Deadlines } from './deadlines.js'
+import { encodeStatusEvent } from './store-codec.js'
 import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
 import type { SubtaskCaller } from './subtask-call.js'
@@ -77,6 +79,16 @@ function signalOf (live: Live): AbortSignal {
     if (isTerminal(live.record.snapshot.state)) live.controller.abort(endReason(live.record.snapshot))
   }
   return live.controller.signal
+}
+
+/**
+ * A status event as a stream's item: for the transport (`wire`), its
+ * DAG-CBOR bytes made from the snapshot's own, made once (the store writes
+ * the same snapshot from them); in-process, the event itself
+ */
+function statusItem (task: TaskSnapshot, wire: boolean): unknown {
+  const bytes = wire ? encodeStatusEvent(task) : undefined
+  return bytes != null ? new EncodedPayload(bytes) : { type: 'status', task }
 }
 
 /** How a submit arrived: on a connection (its id, the protocol version, whether its bytes were canonical), or in-process from this node's own agents */
@@ -688,10 +700,10 @@ export class TaskExecutor {
    * for the task to end (or to need an approval): the events meanwhile fold
    * into the newest snapshot, which is sent alone (spec 14.1)
    */
-  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
+  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0, wire = true): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
-      yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
+      yield statusItem(live != null ? live.record.snapshot : (task as TaskRecord).snapshot, wire)
       return
     }
     let sub = attached
@@ -716,7 +728,7 @@ export class TaskExecutor {
         }
       }
       if (sent != null) {
-        yield { type: 'status', task: sent }
+        yield statusItem(sent, wire)
         if (isTerminal(sent.state)) return
       }
       while (true) {
@@ -729,7 +741,7 @@ export class TaskExecutor {
         if (event.type === 'heartbeat' || event.type === 'lapsed') continue
         const delta = v2 && sent != null ? diffSnapshots(sent, messageCounts.get(sent), event.task, messageCounts.get(event.task)) : undefined
         sent = event.task
-        yield delta ?? event
+        yield delta ?? (event.type === 'status' ? statusItem(event.task, wire) : event)
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {
@@ -757,7 +769,7 @@ export class TaskExecutor {
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
       const wire2 = via?.version === 2 && via.local !== true
-      yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0)
+      yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0, via?.local !== true)
     } finally {
       if ('record' in task) this.detach(task, sub)
     }
@@ -787,14 +799,15 @@ export class TaskExecutor {
     return found
   }
 
-  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }): AsyncGenerator<unknown> {
+  /** `local`: called in-process by this node's requester (the stream's events are not encoded) */
+  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }, local = false): AsyncGenerator<unknown> {
     if (v2 != null) {
       assertCanonical(v2)
       const { trace } = parseResubscribeV2(payload)
       if (trace != null) this.log.trace('resubscribe from %s with trace %s', peer, trace.traceparent)
     }
     const task = await this.control(v2 != null ? withoutTrace(payload) : payload, peer)
-    yield * this.follow(task, signal, undefined, v2 != null)
+    yield * this.follow(task, signal, undefined, v2 != null, 0, !local)
   }
 
   async onGet (payload: unknown, peer: string): Promise<TaskSnapshot> {

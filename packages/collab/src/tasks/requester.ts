@@ -178,7 +178,7 @@ export class TaskRequester implements LeaseWatchHost {
     if (peer === 'local') {
       const source = method === 'submit'
         ? this.executor.onSubmit(roundTrip(payload), this.selfPeer(), signal, undefined, { local: true })
-        : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal)
+        : this.executor.onResubscribe(roundTrip(payload), this.selfPeer(), signal, undefined, true)
       return (async function * () {
         for await (const e of source) yield roundTrip(e)
       })()

@@ -126,6 +126,38 @@ function writeSnapshot (out: CborWriter, s: TaskSnapshot): boolean {
   return true
 }
 
+/** The bytes of snapshots already written, by snapshot (a snapshot object is never changed once made) */
+const snapshotBytes = new WeakMap<TaskSnapshot, Uint8Array>()
+
+/**
+ * @internal The DAG-CBOR bytes of a snapshot (its `undefined` fields left
+ * out), made once per snapshot object: the final snapshot goes into the
+ * stream's frame and into the store from the same bytes. Undefined when the
+ * snapshot has a field this file does not know.
+ */
+export function encodeSnapshot (s: TaskSnapshot): Uint8Array | undefined {
+  const known = snapshotBytes.get(s)
+  if (known != null) return known
+  let ok = true
+  const bytes = encodeWith(w => { ok = writeSnapshot(w, s) })
+  if (!ok) return undefined
+  snapshotBytes.set(s, bytes)
+  return bytes
+}
+
+const STATUS_HEAD = encodeWith(w => { w.head(5, 2).text('task') })
+const STATUS_TAIL = encodeWith(w => { w.text('type').text('status') })
+
+/**
+ * @internal The DAG-CBOR bytes of the event `{ type: 'status', task: s }`
+ * (keys in DAG-CBOR order: `task`, `type`), from the snapshot's bytes made
+ * once; undefined when the snapshot has a field this file does not know
+ */
+export function encodeStatusEvent (s: TaskSnapshot): Uint8Array | undefined {
+  const snapshot = encodeSnapshot(s)
+  return snapshot != null ? encodeWith(w => { w.raw(STATUS_HEAD).raw(snapshot).raw(STATUS_TAIL) }) : undefined
+}
+
 /** The generic encoding of a record without its `undefined` fields (what `encodeRecord` equals) */
 function genericRecord (r: TaskRecord): Uint8Array {
   const clean: Record<string, unknown> = {}
@@ -141,11 +173,6 @@ export function encodeRecord (r: TaskRecord): Uint8Array {
   const extra = Object.keys(r).some(k => !KNOWN_RECORD_KEYS.has(k) && (r as unknown as Record<string, unknown>)[k] !== undefined)
   const frame = extra ? undefined : frameOf(r)
   if (frame == null || r.snapshot == null || typeof r.snapshot !== 'object') return genericRecord(r)
-  let known = true
-  const snapshot = r.snapshot
-  const bytes = encodeWith(w => {
-    known = writeSnapshot(w.raw(frame.head), snapshot)
-    w.raw(frame.tail)
-  })
-  return known ? bytes : genericRecord(r)
+  const snapshot = encodeSnapshot(r.snapshot)
+  return snapshot != null ? encodeWith(w => { w.raw(frame.head).raw(snapshot).raw(frame.tail) }) : genericRecord(r)
 }

@@ -133,7 +133,7 @@ export class TaskExecutor {
   /** The deadlines of the running tasks, on one timer */
   private readonly deadlines = new Deadlines<Live>(live => {
     this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${live.record.snapshot.deadline ?? '?'} exceeded` } })
-  })
+  }, { keepArmed: true })
   private starting?: Promise<void>
   private started = false
 
@@ -273,6 +273,7 @@ export class TaskExecutor {
       this.finish(live, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor stopped' } })
     }
     await Promise.all(running.map(async l => l.writing))
+    this.deadlines.clear()
     await this.retention.stop()
   }
 

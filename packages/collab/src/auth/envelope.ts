@@ -140,9 +140,26 @@ export async function bodyCid (body: unknown): Promise<string> {
   return bodyCidOfBytes(bytes)
 }
 
-/** @internal `bodyCid` of a body already encoded (DAG-CBOR) */
+/**
+ * The body CID made last and its digest: the sender's check of the payload
+ * it just made reads the digest from here instead of decoding the string
+ * again (a string maps to one digest, so any hit is right)
+ */
+let lastBody: { cid: string, digest: Uint8Array } | undefined
+
+/**
+ * @internal `bodyCid` of a body already encoded (DAG-CBOR): the digest in
+ * one call into node:crypto, the CID's bytes (CIDv1, dag-cbor, sha2-256)
+ * written by hand, in base32 as `CID.toString` writes it
+ */
 export async function bodyCidOfBytes (bytes: Uint8Array): Promise<string> {
-  return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
+  const digest = await bodyDigestOfBytes(bytes)
+  const cidBytes = new Uint8Array(BODY_CID_PREFIX.length + digest.byteLength)
+  cidBytes.set(BODY_CID_PREFIX)
+  cidBytes.set(digest, BODY_CID_PREFIX.length)
+  const cid = base32.encode(cidBytes)
+  lastBody = { cid, digest: cidBytes.subarray(BODY_CID_PREFIX.length) }
+  return cid
 }
 
 function withPrefix (body: Uint8Array): Uint8Array {
@@ -329,6 +346,7 @@ const BODY_CID_PREFIX = [0x01, dagCbor.code, sha256.code, 32]
  * refuses stray bits) and is a CIDv1 dag-cbor sha2-256; else undefined
  */
 function canonicalBodyDigest (body: string): Uint8Array | undefined {
+  if (lastBody?.cid === body) return lastBody.digest
   // 'b' and 36 bytes in base32 (58 characters)
   if (body.length !== 59 || body.charCodeAt(0) !== 0x62) return undefined
   let bytes: Uint8Array

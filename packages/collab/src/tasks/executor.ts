@@ -86,8 +86,8 @@ function signalOf (live: Live): AbortSignal {
  * DAG-CBOR bytes made from the snapshot's own, made once (the store writes
  * the same snapshot from them); in-process, the event itself
  */
-function statusItem (task: TaskSnapshot, wire: boolean): unknown {
-  const bytes = wire ? encodeStatusEvent(task) : undefined
+function statusItem (task: TaskSnapshot, wire: boolean, record?: TaskRecord): unknown {
+  const bytes = wire ? encodeStatusEvent(task, record) : undefined
   return bytes != null ? new EncodedPayload(bytes) : { type: 'status', task }
 }
 
@@ -704,7 +704,8 @@ export class TaskExecutor {
   private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0, wire = true): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
-      yield statusItem(live != null ? live.record.snapshot : (task as TaskRecord).snapshot, wire)
+      const record = live != null ? live.record : task as TaskRecord
+      yield statusItem(record.snapshot, wire, record)
       return
     }
     let sub = attached
@@ -729,7 +730,7 @@ export class TaskExecutor {
         }
       }
       if (sent != null) {
-        yield statusItem(sent, wire)
+        yield statusItem(sent, wire, live.record)
         if (isTerminal(sent.state)) return
       }
       while (true) {
@@ -742,7 +743,7 @@ export class TaskExecutor {
         if (event.type === 'heartbeat' || event.type === 'lapsed') continue
         const delta = v2 && sent != null ? diffSnapshots(sent, messageCounts.get(sent), event.task, messageCounts.get(event.task)) : undefined
         sent = event.task
-        yield delta ?? (event.type === 'status' ? statusItem(event.task, wire) : event)
+        yield delta ?? (event.type === 'status' ? statusItem(event.task, wire, live.record) : event)
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {

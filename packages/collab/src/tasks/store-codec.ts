@@ -33,6 +33,8 @@ interface Frame {
   fields: readonly unknown[]
   head: Uint8Array
   tail: Uint8Array
+  /** The snapshot last sent in a stream's frame, and its bytes (a view into that frame's) */
+  sent?: { snapshot: TaskSnapshot, bytes: Uint8Array }
 }
 
 /** Encoded fixed parts, by record (a live task's record object lives as long as the task) */
@@ -126,36 +128,29 @@ function writeSnapshot (out: CborWriter, s: TaskSnapshot): boolean {
   return true
 }
 
-/** The bytes of snapshots already written, by snapshot (a snapshot object is never changed once made) */
-const snapshotBytes = new WeakMap<TaskSnapshot, Uint8Array>()
-
-/**
- * @internal The DAG-CBOR bytes of a snapshot (its `undefined` fields left
- * out), made once per snapshot object: the final snapshot goes into the
- * stream's frame and into the store from the same bytes. Undefined when the
- * snapshot has a field this file does not know.
- */
-export function encodeSnapshot (s: TaskSnapshot): Uint8Array | undefined {
-  const known = snapshotBytes.get(s)
-  if (known != null) return known
-  let ok = true
-  const bytes = encodeWith(w => { ok = writeSnapshot(w, s) })
-  if (!ok) return undefined
-  snapshotBytes.set(s, bytes)
-  return bytes
-}
-
 const STATUS_HEAD = encodeWith(w => { w.head(5, 2).text('task') })
 const STATUS_TAIL = encodeWith(w => { w.text('type').text('status') })
 
 /**
  * @internal The DAG-CBOR bytes of the event `{ type: 'status', task: s }`
- * (keys in DAG-CBOR order: `task`, `type`), from the snapshot's bytes made
- * once; undefined when the snapshot has a field this file does not know
+ * (keys in DAG-CBOR order: `task`, `type`), written in one pass; undefined
+ * when the snapshot has a field this file does not know. With `record`
+ * (whose snapshot `s` is), the snapshot's part of the bytes is kept with the
+ * record's encoded fixed fields, and the record's next store write copies
+ * it instead of writing the snapshot again.
  */
-export function encodeStatusEvent (s: TaskSnapshot): Uint8Array | undefined {
-  const snapshot = encodeSnapshot(s)
-  return snapshot != null ? encodeWith(w => { w.raw(STATUS_HEAD).raw(snapshot).raw(STATUS_TAIL) }) : undefined
+export function encodeStatusEvent (s: TaskSnapshot, record?: TaskRecord): Uint8Array | undefined {
+  let known = true
+  let end = 0
+  const bytes = encodeWith(w => {
+    known = writeSnapshot(w.raw(STATUS_HEAD), s)
+    end = w.length
+    w.raw(STATUS_TAIL)
+  })
+  if (!known) return undefined
+  const frame = record != null && record.snapshot === s ? frameOf(record) : undefined
+  if (frame != null) frame.sent = { snapshot: s, bytes: bytes.subarray(STATUS_HEAD.byteLength, end) }
+  return bytes
 }
 
 /** The generic encoding of a record without its `undefined` fields (what `encodeRecord` equals) */
@@ -173,6 +168,16 @@ export function encodeRecord (r: TaskRecord): Uint8Array {
   const extra = Object.keys(r).some(k => !KNOWN_RECORD_KEYS.has(k) && (r as unknown as Record<string, unknown>)[k] !== undefined)
   const frame = extra ? undefined : frameOf(r)
   if (frame == null || r.snapshot == null || typeof r.snapshot !== 'object') return genericRecord(r)
-  const snapshot = encodeSnapshot(r.snapshot)
-  return snapshot != null ? encodeWith(w => { w.raw(frame.head).raw(snapshot).raw(frame.tail) }) : genericRecord(r)
+  const snapshot = r.snapshot
+  // the snapshot's bytes, when they went into a stream's frame already
+  const sent = frame.sent?.snapshot === snapshot ? frame.sent.bytes : undefined
+  frame.sent = undefined
+  let known = true
+  const bytes = encodeWith(w => {
+    w.raw(frame.head)
+    if (sent != null) w.raw(sent)
+    else known = writeSnapshot(w, snapshot)
+    w.raw(frame.tail)
+  })
+  return known ? bytes : genericRecord(r)
 }

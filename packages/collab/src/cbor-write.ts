@@ -98,6 +98,11 @@ export class CborWriter {
     this.buf = next
   }
 
+  /** Bytes written so far */
+  get length (): number {
+    return this.at
+  }
+
   get capacity (): number {
     return this.buf.length
   }

@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { delegate } from '../src/auth/delegation.js'
 import { envelopePayloadBytes, envelopePayloadLength } from '../src/auth/envelope-bytes.js'
 import {
-  ReplayCache, bodyCid, bodyDigestOfBytes, checkEnvelope, createEnvelope, verifyCheckedEnvelope, verifyEnvelope
+  ReplayCache, bodyCid, bodyCidOfBytes, bodyDigestOfBytes, checkEnvelope, createEnvelope, verifyCheckedEnvelope, verifyEnvelope
 } from '../src/auth/envelope.js'
 import { sameData } from '../src/auth/token-memo.js'
 import { VerificationCache } from '../src/auth/verification-cache.js'
@@ -145,5 +145,15 @@ describe('body by digest', () => {
     await expectErrorCode(verifyCheckedEnvelope(checkEnvelope(unsigned, { unsigned: true }), async () => await bodyDigestOfBytes(bytes), {
       self: agent.did, replayCache, session: () => {}
     }), 'INVALID_ENVELOPE')
+  })
+
+  it('a body CID made by hand is the CID that multiformats makes, for bodies of every size', async () => {
+    const { sha256 } = await import('multiformats/hashes/sha2')
+    for (const b of [null, 'x', { input: 'ü'.repeat(300) }, new Uint8Array(70_000).fill(3)]) {
+      const bytes = dagCbor.encode(b)
+      const cid = await bodyCidOfBytes(bytes)
+      expect(cid).toBe(CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString())
+      expect(await bodyCid(b)).toBe(cid)
+    }
   })
 })

@@ -7,7 +7,7 @@ import * as dagCbor from '@ipld/dag-cbor'
 import { MemoryDatastore } from 'datastore-core'
 import { describe, expect, it } from 'vitest'
 import { TaskStore, transition } from '../src/tasks/model.js'
-import { encodeRecord } from '../src/tasks/store-codec.js'
+import { encodeRecord, encodeStatusEvent } from '../src/tasks/store-codec.js'
 import { wireValue } from '../src/tasks/values.js'
 import { CollabError } from '../src/errors.js'
 import type { TaskRecord, TaskSnapshot } from '../src/tasks/model.js'
@@ -64,6 +64,29 @@ describe('stored task record', () => {
     const oddSnapshot = record({ snapshot: { ...snapshot(), note: 'x' } as unknown as TaskSnapshot })
     expect(encodeRecord(oddSnapshot)).toEqual(generic(oddSnapshot))
     expect(() => encodeRecord(record({ snapshot: { ...snapshot(), messages: [undefined] } }))).toThrow()
+  })
+
+  it('writes a status event equal to the generic encoding, and the record after it from the same snapshot bytes', () => {
+    const same = (b: Uint8Array | undefined): Uint8Array | undefined => b != null ? Uint8Array.from(b) : b
+    const r = record({ idempotencyKey: 'k' })
+    r.snapshot = transition(transition(r.snapshot, 'working'), 'completed', { result: value({ n: 3, text: 'ü'.repeat(40) }) })
+    const event = encodeStatusEvent(r.snapshot, r)
+    expect(same(event)).toEqual(same(dagCbor.encode({ type: 'status', task: r.snapshot })))
+    // the record is written from the event's bytes: poison them to see that they are the ones copied
+    const bytes = event as Uint8Array
+    const at = bytes.indexOf(0x74, 6) // somewhere inside the snapshot
+    const saved = bytes[at]
+    bytes[at] = 0x00
+    const fromEvent = encodeRecord(r)
+    bytes[at] = saved
+    expect(same(fromEvent)).not.toEqual(same(generic(r)))
+    // used once: the next write (or one of another snapshot) encodes the snapshot itself
+    expect(same(encodeRecord(r))).toEqual(same(generic(r)))
+    encodeStatusEvent(r.snapshot, r)
+    r.snapshot = { ...r.snapshot, updatedAt: r.snapshot.updatedAt + 1 }
+    expect(same(encodeRecord(r))).toEqual(same(generic(r)))
+    // a snapshot with a field the codec does not know is left to the generic encoder
+    expect(encodeStatusEvent({ ...r.snapshot, note: 'x' } as unknown as TaskSnapshot)).toBeUndefined()
   })
 
   it('reads back what it stored', async () => {

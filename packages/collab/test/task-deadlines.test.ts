@@ -51,4 +51,28 @@ describe('deadlines on one timer', () => {
     vi.advanceTimersByTime(100)
     expect(due).toEqual(['b', 'bad', 'after'])
   })
+
+  it('with keepArmed, arms one timer for items added and deleted one after the other, and still hands over an item due', () => {
+    const due: string[] = []
+    const d = new Deadlines<string>(item => { due.push(item) }, { keepArmed: true })
+    const spy = vi.spyOn(globalThis, 'setTimeout')
+    const t0 = Date.now()
+    for (let i = 0; i < 100; i++) {
+      d.add(`task-${i}`, Date.now() + 30_000)
+      vi.advanceTimersByTime(1)
+      d.delete(`task-${i}`)
+    }
+    expect(spy).toHaveBeenCalledTimes(1)
+    expect(vi.getTimerCount()).toBe(1)
+    d.add('slow', Date.now() + 30_000)
+    vi.advanceTimersByTime(29_950)
+    // the first timer (due at t0 + 30 s) found nothing due and was armed again for 'slow'
+    expect(due).toEqual([])
+    vi.advanceTimersByTime(200)
+    expect(due).toEqual(['slow'])
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(30_100)
+    d.clear()
+    expect(vi.getTimerCount()).toBe(0)
+    spy.mockRestore()
+  })
 })

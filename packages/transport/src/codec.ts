@@ -112,6 +112,19 @@ export function head (major: number, n: number): Uint8Array {
 }
 
 function text (s: string): Uint8Array[] {
+  // ASCII (method names, error codes; most messages) byte by byte: a short
+  // string costs TextEncoder more than the rest of its frame
+  const n = s.length
+  if (n <= 64) {
+    const bytes = new Uint8Array(n)
+    let i = 0
+    for (; i < n; i++) {
+      const c = s.charCodeAt(i)
+      if (c > 0x7f) break
+      bytes[i] = c
+    }
+    if (i === n) return [head(3, n), bytes]
+  }
   const bytes = utf8.encode(s)
   return [head(3, bytes.length), bytes]
 }

@@ -131,18 +131,39 @@ export function randomNonce (): string {
 
 /** CID (CIDv1, dag-cbor, sha2-256) of the DAG-CBOR encoding of a body, as a string */
 export async function bodyCid (body: unknown): Promise<string> {
-  let bytes: Uint8Array
+  return (await nameBody(encodeBody(body))).cid
+}
+
+function encodeBody (body: unknown): Uint8Array {
   try {
-    bytes = dagCbor.encode(body)
+    return dagCbor.encode(body)
   } catch (err: any) {
     throw new InvalidEnvelopeError(`Body is not DAG-CBOR encodable: ${err?.message ?? err}`)
   }
-  return bodyCidOfBytes(bytes)
+}
+
+/** A body's CID string and the sha-256 digest it names */
+interface BodyName {
+  cid: string
+  digest: Uint8Array
+}
+
+/**
+ * The CID (CIDv1, dag-cbor, sha2-256) of a body already encoded, and its
+ * digest: the digest in one call into node:crypto, the CID's bytes written
+ * by hand, in base32 as `CID.toString` writes it
+ */
+async function nameBody (bytes: Uint8Array): Promise<BodyName> {
+  const digest = await bodyDigestOfBytes(bytes)
+  const cidBytes = new Uint8Array(BODY_CID_PREFIX.length + digest.byteLength)
+  cidBytes.set(BODY_CID_PREFIX)
+  cidBytes.set(digest, BODY_CID_PREFIX.length)
+  return { cid: base32.encode(cidBytes), digest: cidBytes.subarray(BODY_CID_PREFIX.length) }
 }
 
 /** @internal `bodyCid` of a body already encoded (DAG-CBOR) */
 export async function bodyCidOfBytes (bytes: Uint8Array): Promise<string> {
-  return CID.create(1, dagCbor.code, await sha256.digest(bytes)).toString()
+  return (await nameBody(bytes)).cid
 }
 
 function withPrefix (body: Uint8Array): Uint8Array {
@@ -236,7 +257,8 @@ function encodePayloadWith (payload: EnvelopePayload, proofs: CheckedToken[]): U
 /** An envelope payload from `from` and its DAG-CBOR encoding, checked as a receiver would */
 async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payload: EnvelopePayload, bytes: Uint8Array }> {
   const iat = init.issuedAt ?? Date.now()
-  const body = init.bodyBytes != null ? await bodyCidOfBytes(init.bodyBytes) : await bodyCid(init.body)
+  const named = await nameBody(init.bodyBytes ?? encodeBody(init.body))
+  const body = named.cid
   const proofs = init.proofs.map(checkProof)
   const payload: EnvelopePayload = {
     v: 1,
@@ -252,7 +274,7 @@ async function envelopePayload (from: Did, init: EnvelopeInit): Promise<{ payloa
   }
   // refuse to sign what a receiver would refuse to accept (the same checks as
   // parseEnvelope; the proofs were just checked, the payload is encoded once)
-  checkPayloadFields(payload as unknown as Record<string, unknown>)
+  checkPayloadFields(payload as unknown as Record<string, unknown>, named.digest)
   return { payload, bytes: encodePayloadWith(payload, proofs) }
 }
 
@@ -283,9 +305,11 @@ export interface CheckedEnvelope {
 /**
  * The field checks of an envelope payload (not of the tokens in `proofs`);
  * returns the sha-256 digest `body` names when `body` is in its canonical
- * form (base32, the form a receiver computes), else undefined
+ * form (base32, the form a receiver computes), else undefined. A sender
+ * passes the digest of the CID it made (`bodyDigest`): it is not read back
+ * from the string.
  */
-function checkPayloadFields (payload: Record<string, unknown>): Uint8Array | undefined {
+function checkPayloadFields (payload: Record<string, unknown>, bodyDigest?: Uint8Array): Uint8Array | undefined {
   const { v, from, to, skill, task, nonce, iat, exp, body, proofs } = payload
   const keys = Object.keys(payload)
   if (keys.length > PAYLOAD_FIELDS.size || keys.some(k => !PAYLOAD_FIELDS.has(k))) {
@@ -303,7 +327,8 @@ function checkPayloadFields (payload: Record<string, unknown>): Uint8Array | und
   if (exp <= iat) throw new InvalidEnvelopeError('envelope.exp must be after envelope.iat')
   if (exp - iat > ENVELOPE_LIMITS.maxTtl) throw new InvalidEnvelopeError(`Envelope validity exceeds ${ENVELOPE_LIMITS.maxTtl} ms`)
   if (typeof body !== 'string' || body.length > 128) throw new InvalidEnvelopeError('envelope.body must be a CID string')
-  const digest = canonicalBodyDigest(body)
+  // (the sender knows the digest of the CID it just made)
+  const digest = bodyDigest ?? canonicalBodyDigest(body)
   if (digest == null) {
     try {
       const cid = CID.parse(body)

@@ -14,12 +14,19 @@ const MAX_DELAY = 2_147_483_647
 export class Deadlines<T> {
   private readonly due = new Map<T, number>()
   private readonly onDue: (item: T) => void
+  private readonly keepArmed: boolean
   private timer?: ReturnType<typeof setTimeout>
   /** When the armed timer fires (Infinity: none armed) */
   private armedFor = Infinity
 
-  constructor (onDue: (item: T) => void) {
+  /**
+   * `keepArmed`: the timer stays armed when the last item goes (it finds
+   * nothing when it fires), so that items added and deleted one after the
+   * other, each due later than the one before, arm no timer each
+   */
+  constructor (onDue: (item: T) => void, options: { keepArmed?: boolean } = {}) {
     this.onDue = onDue
+    this.keepArmed = options.keepArmed === true
   }
 
   get size (): number {
@@ -34,7 +41,15 @@ export class Deadlines<T> {
 
   /** Stop watching `item` (it ended); the timer stays armed while others are watched */
   delete (item: T): void {
-    if (!this.due.delete(item) || this.due.size > 0) return
+    if (!this.due.delete(item) || this.due.size > 0 || this.keepArmed) return
+    clearTimeout(this.timer)
+    this.timer = undefined
+    this.armedFor = Infinity
+  }
+
+  /** Stop watching every item and disarm the timer */
+  clear (): void {
+    this.due.clear()
     clearTimeout(this.timer)
     this.timer = undefined
     this.armedFor = Infinity

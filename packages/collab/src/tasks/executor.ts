@@ -11,6 +11,7 @@
  */
 import { UnknownAgentError, assertCapability, isDid } from '@ioa/interconnect'
 import { CanceledError, TooManyRequestsError } from '@ioa/transport'
+import { EncodedPayload } from '@ioa/transport/internal'
 import { MemoryDatastore } from 'datastore-core'
 import { DEFAULT_CLOCK_SKEW, verifyChain } from '../auth/delegation.js'
 import { verificationCacheOf } from '../auth/verification-cache.js'
@@ -29,6 +30,7 @@ import {
   DEFAULT_TASK_LIMITS, TaskLimitError, TaskStore, cleanSnapshot, isTerminal, transition
 } from './model.js'
 import { Deadlines } from './deadlines.js'
+import { encodeStatusEvent } from './store-codec.js'
 import { TaskRetention } from './retention.js'
 import { wireValue } from './values.js'
 import type { SubtaskCaller } from './subtask-call.js'
@@ -80,6 +82,16 @@ function signalOf (live: Live): AbortSignal {
   return live.controller.signal
 }
 
+/**
+ * A status event as a stream's item: for the transport (`wire`), its
+ * DAG-CBOR bytes made from the snapshot's own, made once (the store writes
+ * the same snapshot from them); in-process, the event itself
+ */
+function statusItem (task: TaskSnapshot, wire: boolean, record?: TaskRecord): unknown {
+  const bytes = wire ? encodeStatusEvent(task, record) : undefined
+  return bytes != null ? new EncodedPayload(bytes) : { type: 'status', task }
+}
+
 /** How a submit arrived: on a connection (its id, the protocol version, whether its bytes were canonical), or in-process from this node's own agents */
 export interface SubmitVia {
   version?: 1 | 2
@@ -122,7 +134,7 @@ export class TaskExecutor {
   /** The deadlines of the running tasks, on one timer */
   private readonly deadlines = new Deadlines<Live>(live => {
     this.finish(live, 'failed', { error: { code: DeadlineExceededError.code, message: `Deadline ${live.record.snapshot.deadline ?? '?'} exceeded` } })
-  })
+  }, { keepArmed: true })
   private starting?: Promise<void>
   private started = false
 
@@ -262,6 +274,7 @@ export class TaskExecutor {
       this.finish(live, 'failed', { error: { code: 'INTERRUPTED', message: 'The executor stopped' } })
     }
     await Promise.all(running.map(async l => l.writing))
+    this.deadlines.clear()
     await this.retention.stop()
   }
 
@@ -689,10 +702,11 @@ export class TaskExecutor {
    * for the task to end (or to need an approval): the events meanwhile fold
    * into the newest snapshot, which is sent alone (spec 14.1)
    */
-  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0): AsyncGenerator<unknown> {
+  private async * follow (task: Live | TaskRecord, signal: SignalSource, attached?: Subscriber, v2 = false, holdBack = 0, wire = true): AsyncGenerator<unknown> {
     const live = 'record' in task ? task : undefined
     if (live == null || (attached == null && isTerminal(live.record.snapshot.state))) {
-      yield { type: 'status', task: live != null ? live.record.snapshot : (task as TaskRecord).snapshot }
+      const record = live != null ? live.record : task as TaskRecord
+      yield statusItem(record.snapshot, wire, record)
       return
     }
     let sub = attached
@@ -717,7 +731,7 @@ export class TaskExecutor {
         }
       }
       if (sent != null) {
-        yield { type: 'status', task: sent }
+        yield statusItem(sent, wire, live.record)
         if (isTerminal(sent.state)) return
       }
       while (true) {
@@ -730,7 +744,7 @@ export class TaskExecutor {
         if (event.type === 'heartbeat' || event.type === 'lapsed') continue
         const delta = v2 && sent != null ? diffSnapshots(sent, messageCounts.get(sent), event.task, messageCounts.get(event.task)) : undefined
         sent = event.task
-        yield delta ?? event
+        yield delta ?? (event.type === 'status' ? statusItem(event.task, wire, live.record) : event)
         if (event.type === 'status' && isTerminal(event.task.state)) return
       }
     } finally {
@@ -758,7 +772,7 @@ export class TaskExecutor {
     const attached = 'record' in task && task.subscribers.has(sub)
     try {
       const wire2 = via?.version === 2 && via.local !== true
-      yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0)
+      yield * this.follow(task, signal, attached ? sub : undefined, wire2, wire2 ? this.holdBack : 0, via?.local !== true)
     } finally {
       if ('record' in task) this.detach(task, sub)
     }
@@ -788,9 +802,9 @@ export class TaskExecutor {
     return found
   }
 
-  /** `local`: the trace of a resubscribe from this node's own requester (no wire between) */
-  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }, local?: TraceContext): AsyncGenerator<unknown> {
-    let trace = local
+  /** `local`: called in-process by this node's requester, with the resubscribe's trace (the stream's events are not encoded) */
+  async * onResubscribe (payload: unknown, peer: string, signal: AbortSignal, v2?: { canonical?: boolean }, local?: { trace?: TraceContext }): AsyncGenerator<unknown> {
+    let trace = local?.trace
     if (v2 != null) {
       assertCanonical(v2)
       trace = parseResubscribeV2(payload).trace
@@ -803,7 +817,7 @@ export class TaskExecutor {
       const r = record()
       return { 'gen_ai.agent.id': r.agent, 'ioa.skill': r.snapshot.skill, 'ioa.task.id': r.snapshot.id, 'ioa.caller': r.owner }
     })
-    yield * servedResubscribe(this.follow(task, signal, undefined, v2 != null), span, () => record().snapshot.state)
+    yield * servedResubscribe(this.follow(task, signal, undefined, v2 != null, 0, local == null), span, () => record().snapshot.state)
   }
 
   async onGet (payload: unknown, peer: string): Promise<TaskSnapshot> {

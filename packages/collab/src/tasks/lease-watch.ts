@@ -6,6 +6,7 @@
 import { StreamClosedError, isRepeatable } from '@ioa/transport'
 import delay from 'delay'
 import { CollabError, fromRemote } from '../errors.js'
+import { Deadlines } from './deadlines.js'
 import { finishedOutcome, unansweredOutcome } from './feedback.js'
 import { isTerminal } from './model.js'
 import { MAX_LEASE, MIN_LEASE, eventState, eventTaskId, parseEvent } from './wire.js'
@@ -45,6 +46,19 @@ export interface LeaseWatchHost {
   observe(to: Did, taskId: string, outcome: Outcome | undefined): void
 }
 
+/** What the shared timer ends when its time passes */
+interface Expiry {
+  expire(): void
+}
+
+/**
+ * One timer for every lease watch and drain of this process, in place of a
+ * timer armed and cleared per task and per event: an entry is moved (a map
+ * write) when news comes, and the timer, armed for the earliest entry, stays
+ * armed while none is left (a later task reuses it)
+ */
+const timers = new Deadlines<Expiry>(e => { e.expire() }, { keepArmed: true })
+
 /**
  * Read a finished task's stream to its end in the background (the
  * executor's END follows the terminal state at once): closing it earlier
@@ -53,7 +67,8 @@ export interface LeaseWatchHost {
  * `bound` ms is aborted; what comes after the terminal state is not news.
  */
 function drain (host: LeaseWatchHost, source: EventSource, taskId: string, controller: AbortController, bound: number): void {
-  const timer = setTimeout(() => { controller.abort(new StreamClosedError(`No END within ${bound} ms of the final state`)) }, bound)
+  const timer: Expiry = { expire: () => { controller.abort(new StreamClosedError(`No END within ${bound} ms of the final state`)) } }
+  timers.add(timer, Date.now() + bound)
   void (async () => {
     while ((await source.next()).done !== true) {
       // an item after the terminal state: nothing to report
@@ -61,7 +76,7 @@ function drain (host: LeaseWatchHost, source: EventSource, taskId: string, contr
   })().catch((err: unknown) => {
     // the task is over either way; the stream closing early is no news of it
     host.log.trace('the stream of finished task %s ended with %e', taskId, err)
-  }).finally(() => { clearTimeout(timer) })
+  }).finally(() => { timers.delete(timer) })
 }
 
 /**
@@ -95,11 +110,10 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
     if (outer?.aborted === true) onOuter()
     const signal = controller.signal
     let lapsed = false
-    let timer: ReturnType<typeof setTimeout> | undefined
+    const timer: Expiry = { expire: () => { lapsed = true; controller.abort(new LeaseLapsedError('No event within the lease', { taskId })) } }
     const arm = (): void => {
-      clearTimeout(timer)
-      const wait = received ? Math.max(1, waitingSince + 3 * lease - Date.now()) : Math.max(3 * lease, host.requestTimeout)
-      timer = setTimeout(() => { lapsed = true; controller.abort(new LeaseLapsedError('No event within the lease', { taskId })) }, wait)
+      const now = Date.now()
+      timers.add(timer, received ? Math.max(now + 1, waitingSince + 3 * lease) : now + Math.max(3 * lease, host.requestTimeout))
     }
     let source: EventSource | undefined
     let failure: unknown
@@ -112,7 +126,7 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
       while (true) {
         arm()
         const next = await source.next()
-        clearTimeout(timer)
+        timers.delete(timer)
         if (next.done === true) {
           failure = new StreamClosedError('The task stream ended before the task did')
           break
@@ -140,7 +154,7 @@ export async function * watchLease (host: LeaseWatchHost, to: Did, initialId: st
     } catch (err) {
       failure = err
     } finally {
-      clearTimeout(timer)
+      timers.delete(timer)
       if (source != null) {
         await source.return(undefined).catch((closeErr: unknown) => {
           // the attempt is over either way; its own outcome is `failure`

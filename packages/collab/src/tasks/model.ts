@@ -163,8 +163,11 @@ export const DEFAULT_TASK_LIMITS: Readonly<TaskLimits> = Object.freeze({
  * Copy a snapshot without `undefined` fields (DAG-CBOR has no `undefined`)
  */
 export function cleanSnapshot (t: TaskSnapshot): TaskSnapshot {
+  const from = t as unknown as Record<string, unknown>
   const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(t)) {
+  // (keys, not entries: no pair array per field)
+  for (const k of Object.keys(from)) {
+    const v = from[k]
     if (v !== undefined) out[k] = v
   }
   out.messages = [...t.messages]

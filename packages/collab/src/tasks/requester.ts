@@ -190,7 +190,7 @@ export class TaskRequester implements LeaseWatchHost {
   private openResubscribe (peer: string, payload: { agent: Did, task: string, trace?: TraceContext }, signal: AbortSignal): EventSource {
     const { span, request } = startResubscribeClient(this.tracer, payload)
     if (peer === 'local') {
-      const source = this.executor.onResubscribe(roundTrip(withoutTrace(request)), this.selfPeer(), signal, undefined, request.trace)
+      const source = this.executor.onResubscribe(roundTrip(withoutTrace(request)), this.selfPeer(), signal, undefined, { trace: request.trace })
       return tracedResubscribe((async function * () {
         for await (const e of source) yield roundTrip(e)
       })(), span)

@@ -33,6 +33,8 @@ interface Frame {
   fields: readonly unknown[]
   head: Uint8Array
   tail: Uint8Array
+  /** The snapshot last sent in a stream's frame, and its bytes (a view into that frame's) */
+  sent?: { snapshot: TaskSnapshot, bytes: Uint8Array }
 }
 
 /** Encoded fixed parts, by record (a live task's record object lives as long as the task) */
@@ -126,6 +128,31 @@ function writeSnapshot (out: CborWriter, s: TaskSnapshot): boolean {
   return true
 }
 
+const STATUS_HEAD = encodeWith(w => { w.head(5, 2).text('task') })
+const STATUS_TAIL = encodeWith(w => { w.text('type').text('status') })
+
+/**
+ * @internal The DAG-CBOR bytes of the event `{ type: 'status', task: s }`
+ * (keys in DAG-CBOR order: `task`, `type`), written in one pass; undefined
+ * when the snapshot has a field this file does not know. With `record`
+ * (whose snapshot `s` is), the snapshot's part of the bytes is kept with the
+ * record's encoded fixed fields, and the record's next store write copies
+ * it instead of writing the snapshot again.
+ */
+export function encodeStatusEvent (s: TaskSnapshot, record?: TaskRecord): Uint8Array | undefined {
+  let known = true
+  let end = 0
+  const bytes = encodeWith(w => {
+    known = writeSnapshot(w.raw(STATUS_HEAD), s)
+    end = w.length
+    w.raw(STATUS_TAIL)
+  })
+  if (!known) return undefined
+  const frame = record != null && record.snapshot === s ? frameOf(record) : undefined
+  if (frame != null) frame.sent = { snapshot: s, bytes: bytes.subarray(STATUS_HEAD.byteLength, end) }
+  return bytes
+}
+
 /** The generic encoding of a record without its `undefined` fields (what `encodeRecord` equals) */
 function genericRecord (r: TaskRecord): Uint8Array {
   const clean: Record<string, unknown> = {}
@@ -141,10 +168,15 @@ export function encodeRecord (r: TaskRecord): Uint8Array {
   const extra = Object.keys(r).some(k => !KNOWN_RECORD_KEYS.has(k) && (r as unknown as Record<string, unknown>)[k] !== undefined)
   const frame = extra ? undefined : frameOf(r)
   if (frame == null || r.snapshot == null || typeof r.snapshot !== 'object') return genericRecord(r)
-  let known = true
   const snapshot = r.snapshot
+  // the snapshot's bytes, when they went into a stream's frame already
+  const sent = frame.sent?.snapshot === snapshot ? frame.sent.bytes : undefined
+  frame.sent = undefined
+  let known = true
   const bytes = encodeWith(w => {
-    known = writeSnapshot(w.raw(frame.head), snapshot)
+    w.raw(frame.head)
+    if (sent != null) w.raw(sent)
+    else known = writeSnapshot(w, snapshot)
     w.raw(frame.tail)
   })
   return known ? bytes : genericRecord(r)

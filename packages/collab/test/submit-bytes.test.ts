@@ -54,7 +54,7 @@ describe('encoded once', () => {
     const unsigned = await createEncodedUnsignedEnvelope(requester.did, init([grant]))
     const bodyBytes = dagCbor.encode(body)
     for (const made of [signed, unsigned]) {
-      for (const t of [undefined, trace]) {
+      for (const t of [undefined, trace, { traceparent: trace.traceparent }]) {
         const value = t != null ? { envelope: made.envelope, body, trace: t } : { envelope: made.envelope, body }
         const bytes = submitBytes({ body: bodyBytes, payload: made.payloadBytes, sig: made.envelope.sig, trace: t })
         expect(bytes).toEqual(dagCbor.encode(value))

@@ -9,9 +9,11 @@
  * or three (`network` and `skill` and `state`). Every node of a process
  * shares them (see registry.ts); a second node finds them registered.
  */
+import { cellCounter, cellHistogram } from './cells.js'
 import { DURATION_BUCKETS, counter, histogram } from './registry-metrics.js'
 import { SkillLabel, codeLabel } from './labels.js'
 import type { BoundedLabel } from './labels.js'
+import type { CellCounter, CellHistogram, CountCell, HistogramCell } from './cells.js'
 import type { ExecutorEvent, RelayEvent, TaskSnapshot, TaskState } from '@ioa/collab'
 import type { Counter, Histogram, Registry } from 'prom-client'
 
@@ -62,13 +64,16 @@ export class IoaMetrics {
   readonly network: string
   private readonly skills: SkillLabel
   private readonly codes: BoundedLabel
-  private readonly served: Counter
-  private readonly submitted: Counter
+  // the metrics of every task are counted in cells (cells.ts), looked up once per label set
+  private readonly served: CellCounter
+  private readonly submitted: CellCounter
   private readonly refused: Counter
-  private readonly chainsVerified: Counter
+  private readonly chainsVerified: CountCell
   private readonly chainsRejected: Counter
   private readonly envelopesRefused: Counter
-  private readonly invokeDuration: Histogram
+  private readonly invokeDuration: CellHistogram
+  /** Cells by skill and state (served, submitted) or side and skill (durations) */
+  private readonly cells = new Map<string, CountCell | HistogramCell>()
   private readonly relays: Counter
   private readonly relayRefusals: Counter
   private readonly lapsed: Counter
@@ -81,13 +86,13 @@ export class IoaMetrics {
     this.network = init.network ?? 'public'
     this.skills = new SkillLabel(init.hosted, init.maxSubmittedSkills ?? 64)
     this.codes = codeLabel(init.maxCodes ?? 64)
-    this.served = counter(r, 'ioa_tasks_served_total', 'Tasks the agents hosted here ran, by the state they reached (working when a handler started)', ['network', 'skill', 'state'])
-    this.submitted = counter(r, 'ioa_tasks_submitted_total', 'Tasks this node submitted, by how their stream ended', ['network', 'skill', 'state'])
+    this.served = cellCounter(r, 'ioa_tasks_served_total', 'Tasks the agents hosted here ran, by the state they reached (working when a handler started)', ['network', 'skill', 'state'])
+    this.submitted = cellCounter(r, 'ioa_tasks_submitted_total', 'Tasks this node submitted, by how their stream ended', ['network', 'skill', 'state'])
     this.refused = counter(r, 'ioa_tasks_refused_total', 'Requests refused before any handler ran, by error code', ['network', 'code'])
-    this.chainsVerified = counter(r, 'ioa_delegation_chains_verified_total', 'Delegation chains of served requests that verified', ['network'])
+    this.chainsVerified = cellCounter(r, 'ioa_delegation_chains_verified_total', 'Delegation chains of served requests that verified', ['network']).cell({ network: this.network })
     this.chainsRejected = counter(r, 'ioa_delegation_chains_rejected_total', 'Delegation chains of requests that did not verify, by error code', ['network', 'code'])
     this.envelopesRefused = counter(r, 'ioa_envelopes_refused_total', 'Request envelopes refused, by error code', ['network', 'code'])
-    this.invokeDuration = histogram(r, 'gen_ai_invoke_agent_duration_seconds', 'Duration of agent invocations (gen_ai.invoke_agent.duration): side=server for tasks served here, client for tasks submitted', ['network', 'side', 'skill'], DURATION_BUCKETS)
+    this.invokeDuration = cellHistogram(r, 'gen_ai_invoke_agent_duration_seconds', 'Duration of agent invocations (gen_ai.invoke_agent.duration): side=server for tasks served here, client for tasks submitted', ['network', 'side', 'skill'], DURATION_BUCKETS)
     this.relays = counter(r, 'ioa_gateway_relays_total', 'Task submits the domain gateway relayed, by what the executor said (accepted, refused)', ['network', 'outcome'])
     this.relayRefusals = counter(r, 'ioa_gateway_refusals_total', 'Task submits the domain gateway refused, by reason (error code)', ['network', 'reason'])
     this.lapsed = counter(r, 'ioa_leases_lapsed_total', 'Submitted tasks whose executor lease lapsed', ['network'])
@@ -96,19 +101,41 @@ export class IoaMetrics {
     this.lookupResults = histogram(r, 'ioa_discovery_lookup_results', 'Agents a discovery lookup found', ['network'], RESULT_BUCKETS)
   }
 
+  /** The cell of `metric` for the two varying labels (`network` is the node's) */
+  private count (metric: CellCounter, skill: string, state: string): CountCell {
+    const k = `c\u0000${metric.metricName}\u0000${skill}\u0000${state}`
+    let c = this.cells.get(k) as CountCell | undefined
+    if (c == null) {
+      c = metric.cell({ network: this.network, skill, state })
+      this.cells.set(k, c)
+    }
+    return c
+  }
+
+  /** The duration cell of `side` and `skill` */
+  private duration (side: 'server' | 'client', skill: string): HistogramCell {
+    const k = `h\u0000${side}\u0000${skill}`
+    let c = this.cells.get(k) as HistogramCell | undefined
+    if (c == null) {
+      c = this.invokeDuration.cell({ network: this.network, side, skill })
+      this.cells.set(k, c)
+    }
+    return c
+  }
+
   /** Count an executor event (`TaskServiceInit.onEvent`, `node.events.onTask`) */
   task (e: ExecutorEvent): void {
     const network = this.network
     switch (e.type) {
       case 'task-started':
-        this.chainsVerified.inc({ network })
-        this.served.inc({ network, skill: this.skills.served(e.skill), state: 'working' })
+        this.chainsVerified.inc()
+        this.count(this.served, this.skills.served(e.skill), 'working').inc()
         return
       case 'task-completed':
       case 'task-failed': {
         const skill = this.skills.served(e.skill)
-        this.served.inc({ network, skill, state: e.type === 'task-completed' ? 'completed' : e.state })
-        this.invokeDuration.observe({ network, side: 'server', skill }, e.duration / 1000)
+        this.count(this.served, skill, e.type === 'task-completed' ? 'completed' : e.state).inc()
+        this.duration('server', skill).observe(e.duration / 1000)
         return
       }
       case 'task-refused': {
@@ -129,8 +156,8 @@ export class IoaMetrics {
   /** Count a submitted task's end: how its stream ended, after `seconds` */
   submit (skill: string, outcome: SubmittedOutcome, seconds: number): void {
     const label = this.skills.asked(skill)
-    this.submitted.inc({ network: this.network, skill: label, state: outcome })
-    this.invokeDuration.observe({ network: this.network, side: 'client', skill: label }, seconds)
+    this.count(this.submitted, label, outcome).inc()
+    this.duration('client', label).observe(seconds)
     if (outcome === 'lapsed') this.lapsed.inc({ network: this.network })
   }
 

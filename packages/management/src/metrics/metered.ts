@@ -23,24 +23,38 @@ export interface DiscoveringService {
 
 const seconds = (t0: number): number => (performance.now() - t0) / 1000
 
-/** A task stream passed through, counted when it ends */
-async function * meteredStream (m: Pick<IoaMetrics, 'submit'>, skill: string, stream: AsyncGenerator<TaskEvent, void, undefined>): AsyncGenerator<TaskEvent, void, undefined> {
+/**
+ * A task stream counted when it ends: the generator itself, its `next` and
+ * `return` patched on the instance (not a generator around it: each event
+ * would take another generator's turns of the microtask queue, on the
+ * requester's latency path)
+ */
+function meteredStream (m: Pick<IoaMetrics, 'submit'>, skill: string, stream: AsyncGenerator<TaskEvent, void, undefined>): AsyncGenerator<TaskEvent, void, undefined> {
   const t0 = performance.now()
   let last: TaskSnapshot | undefined
   let outcome: SubmittedOutcome | undefined
-  try {
-    for await (const event of stream) {
-      if (event.type === 'status' || event.type === 'artifact') last = event.task
-      else if (event.type === 'lapsed') outcome = 'lapsed'
-      yield event
-    }
-  } catch (err) {
-    outcome ??= 'error'
-    throw err
-  } finally {
-    // a consumer that stops reading early ends the stream here too: counted as the state it saw last
+  let counted = false
+  const count = (): void => {
+    if (counted) return
+    counted = true
+    // a consumer that stops reading early ends the stream too: counted as the state it saw last
     m.submit(skill, outcome ?? outcomeOf(last), seconds(t0))
   }
+  const next = stream.next.bind(stream)
+  const ret = stream.return.bind(stream)
+  const failed = (err: unknown): never => {
+    outcome ??= 'error'
+    count()
+    throw err
+  }
+  stream.next = () => next().then(r => {
+    if (r.done === true) count()
+    else if (r.value.type === 'status' || r.value.type === 'artifact') last = r.value.task
+    else if (r.value.type === 'lapsed') outcome = 'lapsed'
+    return r
+  }, failed)
+  stream.return = (value) => ret(value).then(r => { count(); return r }, failed)
+  return stream
 }
 
 /** Count the submits of `tasks` (its `submit` and `submitAndWait` are replaced on the instance) */

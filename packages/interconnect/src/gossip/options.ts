@@ -90,7 +90,7 @@ export interface GossipInit {
   clockSkew?: number
 
   /**
-   * Most connected peers of the topic a lookup asks for their index entries
+   * Most connected peers of the topic (or, while none is known, identified as serving the index query) a lookup asks for their index entries
    * of a capability (the index query, spec section 12.6) when this node's
    * own index has no announcer of it, as a newcomer's has not; 0 never asks
    *
@@ -99,8 +99,9 @@ export interface GossipInit {
   queryPeers?: number
 
   /**
-   * How long such a lookup waits for a first connected peer of the topic
-   * to ask (a newcomer's bootstrap connection), in ms
+   * How long such a lookup waits for a first connected peer to ask (of
+   * the topic, or whose identify lists the index query's protocol: a
+   * newcomer's bootstrap connection), in ms
    *
    * @default 2_000
    */

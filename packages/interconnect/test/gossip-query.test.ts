@@ -179,6 +179,25 @@ describe('index query over TCP', () => {
     expect(bootIc.gossip?.stats().queriesServed).toBe(1)
   })
 
+  it('a newcomer that announces nothing holds its hello while its lookup runs (spec 12.4)', async () => {
+    const { boot, did } = await settled()
+    const newcomer = await tcpNode()
+    // the lookup starts before the first hello is due (debounce), as a cold client's does
+    const ic = await interconnect(newcomer, { debounce: 200, helloHold: 30_000 })
+    const lookup = ic.discover({ capability: CAP }, { cache: false, timeout: 30_000 })[Symbol.asyncIterator]()
+    const next = lookup.next()
+    await newcomer.dial(boot.getMultiaddrs()[0])
+    const first = await next
+    expect(first.value?.card.id).toBe(did)
+    // the lookup is still running (its reader has not finished): the hello waits, though a peer of the topic is known
+    await subscribed(newcomer, boot)
+    await new Promise(resolve => setTimeout(resolve, 500))
+    const published = (): number => ic.gossip?.stats().published ?? 0
+    expect(published()).toBe(0)
+    await lookup.return?.(undefined)
+    await until(() => published() >= 1, { ...POLL, what: 'the hello after the lookup' })
+  })
+
   it('a lookup with a limit ends once the index query\'s candidate is verified', async () => {
     const { boot, did } = await settled()
     const newcomer = await tcpNode()

@@ -35,6 +35,17 @@ export interface GossipInit {
   helloMinInterval?: number
 
   /**
+   * Longest wait of a hello that announces nothing (a client's, section
+   * 12.4) for the lookups of this node that are running to end, in ms: its
+   * signing and sending then do not take the CPU of a newcomer's first
+   * lookup, which asks the index query (12.6) for what the hello's answers
+   * would bring. 0: it does not wait
+   *
+   * @default 1_000
+   */
+  helloHold?: number
+
+  /**
    * Changes to the announced set within this many ms make one snapshot
    *
    * @default 100
@@ -152,6 +163,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     ttl: init.ttl ?? 3 * interval,
     maxTtl: init.maxTtl ?? 180_000,
     helloMinInterval: init.helloMinInterval ?? 10_000,
+    helloHold: init.helloHold ?? 1_000,
     debounce: init.debounce ?? 100,
     maxCapabilities: init.maxCapabilities ?? 1_024,
     maxMessageBytes: init.maxMessageBytes ?? 65_536,
@@ -171,6 +183,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     ttl: [1, 2_147_483_647],
     maxTtl: [1, 2_147_483_647],
     helloMinInterval: [0, 86_400_000],
+    helloHold: [0, 60_000],
     debounce: [0, 60_000],
     maxCapabilities: [1, 65_536],
     maxMessageBytes: [64, 1_048_576],

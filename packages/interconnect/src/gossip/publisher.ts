@@ -25,6 +25,8 @@ export interface PublisherInit {
   caps(): string[]
   /** The addresses this node lists (at most 16 are sent) */
   addrs(): string[]
+  /** Resolves once no lookup of this node runs (at most `maxWait` ms): a hello that announces nothing waits for it */
+  quiet?(maxWait: number, signal?: AbortSignal): Promise<void>
 }
 
 /** How long the withdrawal on stop may take, ms */
@@ -43,6 +45,8 @@ export class GossipPublisher {
   private helloTimer?: ReturnType<typeof setTimeout>
   private running = false
   private publishing: Promise<void> = Promise.resolve()
+  /** Aborted on stop: a hello waiting for lookups goes no further */
+  private stopping = new AbortController()
   /** Snapshots published since start */
   published = 0
 
@@ -54,6 +58,7 @@ export class GossipPublisher {
   start (): void {
     this.running = true
     this.helloPending = true
+    this.stopping = new AbortController()
     this.scheduleInterval()
     this.changed()
   }
@@ -94,6 +99,7 @@ export class GossipPublisher {
   async stop (): Promise<void> {
     if (!this.running) return
     this.running = false
+    this.stopping.abort()
     clearTimeout(this.debounceTimer)
     clearTimeout(this.intervalTimer)
     clearTimeout(this.helloTimer)
@@ -118,6 +124,12 @@ export class GossipPublisher {
   private async publish (why: string): Promise<void> {
     const next = this.publishing.then(async () => {
       if (!this.running) return
+      // a hello that announces nothing only asks for the others' snapshots:
+      // the node's running lookups ask the index query for what they need first
+      if (this.helloPending && this.init.caps().length === 0 && this.init.quiet != null) {
+        await this.init.quiet(this.init.opts.helloHold, this.stopping.signal)
+        if (!this.running) return
+      }
       await this.send(this.fit(this.init.caps()), this.helloPending, why)
     })
     this.publishing = next

@@ -13,7 +13,6 @@ import { anySignal } from 'any-signal'
 import { pushable } from 'it-pushable'
 import { assertCapability, capabilityCid } from './capability.js'
 import { matchQuery } from './ranking.js'
-import type { RunningLookups } from './running-lookups.js'
 import type { InterconnectCaches } from './caches.js'
 import type { SignedCard } from './card.js'
 import type { CardProtocol } from './card-protocol.js'
@@ -108,8 +107,6 @@ export interface DiscoveryInit {
   ranker: Ranker
   opts: Defaults
   log: Logger
-  /** Marks this node's running lookups (work they do not need waits for them) */
-  running?: RunningLookups
   /** The gossip index: peers that announced a capability (spec section 12.5) */
   gossip?: {
     announcers(capability: string): string[]
@@ -179,9 +176,7 @@ export class Discovery {
 
     // the lookup ends on the caller's abort, its timeout, or when the caller stops reading;
     // meanwhile the node's first DHT self-query waits (spec/transport.md 1, joining)
-    const dhtRunning = this.init.components.lookups?.started()
-    const ownRunning = this.init.running?.started()
-    const running = (): void => { dhtRunning?.(); ownRunning?.() }
+    const running = this.init.components.lookups?.started()
     const stopped = new AbortController()
     const signal = anySignal([stopped.signal, options.signal, AbortSignal.timeout(options.timeout ?? LOOKUP_TIMEOUT)])
     const out = pushable<DiscoveredAgent>({ objectMode: true })
@@ -209,7 +204,7 @@ export class Discovery {
       if (end.cut || end.lost > 0) this.log('lookup of %s was cut short (%s): its %d result(s) are not cached', query.capability, end.cut ? 'deadline' : `${end.lost} provider(s) did not answer`, collected.length)
       if (found === 0) this.log('lookup of %s found no agents%s', query.capability, signal.aborted ? ' before it timed out' : '')
     } finally {
-      running()
+      running?.()
       stopped.abort()
       signal.clear()
       if (complete && collected.length > 0) {

@@ -19,7 +19,6 @@ import { parseCard } from './card.js'
 import { componentsFromNode } from './components.js'
 import { Directory } from './directory.js'
 import { Discovery } from './discovery.js'
-import { RunningLookups } from './running-lookups.js'
 import { GossipChannel } from './gossip/channel.js'
 import { HistoryBook } from './history.js'
 import { KeyStore, isDid } from './identity.js'
@@ -55,8 +54,6 @@ class DefaultInterconnect implements InterconnectService {
   private readonly discovery: Discovery
   private readonly router: Router
   private readonly caches: InterconnectCaches
-  /** This node's running lookups */
-  private readonly lookups = new RunningLookups()
   private readonly history: HistoryBook
   private readonly gossipChannel?: GossipChannel
   /** Capabilities announced with `announce` (reference counts), also sent over gossip */
@@ -100,7 +97,7 @@ class DefaultInterconnect implements InterconnectService {
     })
     this.gossipChannel = this.makeGossip(components, `${prefix}:gossip`, init.private ?? false)
     const parts = { components, directory: this.directory, cards: this.cards, caches: this.caches, history: this.history, opts: this.opts }
-    this.discovery = new Discovery({ ...parts, ranker: init.ranker ?? defaultRanker(), log: logger.forComponent(`${prefix}:discovery`), gossip: this.gossipChannel, running: this.lookups })
+    this.discovery = new Discovery({ ...parts, ranker: init.ranker ?? defaultRanker(), log: logger.forComponent(`${prefix}:discovery`), gossip: this.gossipChannel })
     this.router = new Router({ ...parts, log: logger.forComponent(`${prefix}:route`) })
   }
 
@@ -127,8 +124,7 @@ class DefaultInterconnect implements InterconnectService {
       // a cached lookup of a name whose announcers changed would hide them
       onChange: names => { for (const n of names) this.caches.lookups.delete(n) },
       identified: components.identified,
-      events: components.events,
-      lookups: this.lookups
+      events: components.events
     })
   }
 

@@ -19,7 +19,6 @@ import { GossipPublisher } from './publisher.js'
 import { entryOf } from './signed-entry.js'
 import { decodeSnapshot, gossipTopic } from './snapshot.js'
 import type { CapabilityIndexStats } from './cap-index.js'
-import type { RunningLookups } from '../running-lookups.js'
 import type { GossipDefaults } from './options.js'
 import type { IndexAnswer } from './index-query.js'
 import type { InterconnectComponents, PubSub, PubSubMessage, PubSubVerdict } from '../components.js'
@@ -39,8 +38,6 @@ export interface GossipChannelInit {
   caps(): string[]
   /** The addresses this node lists in its snapshots */
   addrs(): string[]
-  /** The lookups of this node that are running (a hello that announces nothing waits for them, section 12.4) */
-  lookups?: RunningLookups
   /** The announcers of these names changed (drop cached lookups of them) */
   onChange(names: Iterable<string>): void
   /**
@@ -138,16 +135,7 @@ export class GossipChannel implements GossipView {
       onChange: names => { init.onChange(names) }
     })
     this.budgets = new TokenBuckets(init.opts.maxSnapshotsPerMinute, 60_000, init.opts.maxAnnouncers)
-    const lookups = init.lookups
-    this.publisher = new GossipPublisher({
-      pubsub: init.pubsub,
-      topic: this.topic,
-      opts: init.opts,
-      log: init.log,
-      caps: init.caps,
-      addrs: init.addrs,
-      ...(lookups != null ? { quiet: async (maxWait: number, signal?: AbortSignal) => lookups.quiet(maxWait, signal) } : {})
-    })
+    this.publisher = new GossipPublisher({ pubsub: init.pubsub, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps, addrs: init.addrs })
     this.query = new IndexQuery({ messaging: init.messaging, index: this.index, topic: this.topic, opts: init.opts, log: init.log, caps: init.caps, timeout: init.requestTimeout })
   }
 

@@ -35,11 +35,11 @@ export interface GossipInit {
   helloMinInterval?: number
 
   /**
-   * Longest wait of a hello that announces nothing (a client's, section
-   * 12.4) for the lookups of this node that are running to end, in ms: its
-   * signing and sending then do not take the CPU of a newcomer's first
-   * lookup, which asks the index query (12.6) for what the hello's answers
-   * would bring. 0: it does not wait
+   * How long after start a hello that announces nothing (a client's,
+   * section 12.4) is held, in ms: its signing and sending then do not take
+   * the CPU of a newcomer's first lookup and task, and its first lookups
+   * ask the index query (12.6) for what the hello's answers would bring.
+   * Announcing something sends it at once. 0: not held
    *
    * @default 1_000
    */

@@ -25,8 +25,6 @@ export interface PublisherInit {
   caps(): string[]
   /** The addresses this node lists (at most 16 are sent) */
   addrs(): string[]
-  /** Resolves once no lookup of this node runs (at most `maxWait` ms): a hello that announces nothing waits for it */
-  quiet?(maxWait: number, signal?: AbortSignal): Promise<void>
 }
 
 /** How long the withdrawal on stop may take, ms */
@@ -45,8 +43,10 @@ export class GossipPublisher {
   private helloTimer?: ReturnType<typeof setTimeout>
   private running = false
   private publishing: Promise<void> = Promise.resolve()
-  /** Aborted on stop: a hello waiting for lookups goes no further */
-  private stopping = new AbortController()
+  /** When the publisher started (a hello that announces nothing waits `helloHold` from then) */
+  private startedAt = 0
+  /** Ends the wait of a held hello (something to announce, or stop) */
+  private releaseHello?: () => void
   /** Snapshots published since start */
   published = 0
 
@@ -58,14 +58,17 @@ export class GossipPublisher {
   start (): void {
     this.running = true
     this.helloPending = true
-    this.stopping = new AbortController()
+    this.startedAt = Date.now()
     this.scheduleInterval()
     this.changed()
   }
 
   /** The announced set changed (or a first peer subscribed): publish soon */
   changed (): void {
-    if (!this.running || this.debounceTimer != null) return
+    if (!this.running) return
+    // something to announce: a held hello goes out now, with it
+    if (this.init.caps().length > 0) this.releaseHello?.()
+    if (this.debounceTimer != null) return
     this.debounceTimer = setTimeout(() => {
       this.debounceTimer = undefined
       void this.publish('change')
@@ -99,7 +102,7 @@ export class GossipPublisher {
   async stop (): Promise<void> {
     if (!this.running) return
     this.running = false
-    this.stopping.abort()
+    this.releaseHello?.()
     clearTimeout(this.debounceTimer)
     clearTimeout(this.intervalTimer)
     clearTimeout(this.helloTimer)
@@ -125,15 +128,34 @@ export class GossipPublisher {
     const next = this.publishing.then(async () => {
       if (!this.running) return
       // a hello that announces nothing only asks for the others' snapshots:
-      // the node's running lookups ask the index query for what they need first
-      if (this.helloPending && this.init.caps().length === 0 && this.init.quiet != null) {
-        await this.init.quiet(this.init.opts.helloHold, this.stopping.signal)
+      // the node's first lookups ask the index query for what they need meanwhile
+      if (this.helloPending && this.init.caps().length === 0) {
+        await this.holdHello()
         if (!this.running) return
       }
-      await this.send(this.fit(this.init.caps()), this.helloPending, why)
+      const caps = this.init.caps()
+      // an empty set that was empty already, its hello delivered, tells no one anything
+      if (caps.length === 0 && this.lastCaps.length === 0 && !this.helloPending) return
+      await this.send(this.fit(caps), this.helloPending, why)
     })
     this.publishing = next
     await next
+  }
+
+  /** Wait until `helloHold` has passed since start, something is to be announced, or stop */
+  private async holdHello (): Promise<void> {
+    const left = this.startedAt + this.init.opts.helloHold - Date.now()
+    if (left <= 0) return
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        clearTimeout(timer)
+        if (this.releaseHello === done) this.releaseHello = undefined
+        resolve()
+      }
+      const timer = setTimeout(done, left)
+      timer.unref?.()
+      this.releaseHello = done
+    })
   }
 
   /** The first of `caps` that fit the bounds of one snapshot */

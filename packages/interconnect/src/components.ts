@@ -32,6 +32,13 @@ export interface InterconnectComponents {
   pubsub?: PubSub
   /** Marks a lookup of this node as running; the returned function ends it (the transport holds its first DHT self-query meanwhile) */
   lookups?: { started(): () => void }
+  /**
+   * The connected peers whose identify lists `protocol` (a newcomer's index
+   * query asks them while it knows no peer of the gossip topic yet, spec
+   * section 12.6); `events` tells of new ones with `peer:identify`. Absent:
+   * only peers of the topic are asked.
+   */
+  identified?: { peers(protocol: string): Promise<PeerId[]> }
 }
 
 /**
@@ -58,6 +65,17 @@ export interface PubSub {
   removeEventListener(type: 'subscription-change', listener: (evt: CustomEvent<{ peerId: PeerId, subscriptions: Array<{ topic: string, subscribe: boolean }> }>) => void): void
 }
 
+/** The connected peers of `node` whose identify (in its peer store) lists `protocol` */
+async function identifiedPeers (node: TransportNode, protocol: string): Promise<PeerId[]> {
+  const out: PeerId[] = []
+  for (const peer of node.getPeers()) {
+    // a connected peer not (or no longer) in the peer store has told nothing: it is not asked
+    if (!await node.peerStore.has(peer)) continue
+    if ((await node.peerStore.get(peer)).protocols.includes(protocol)) out.push(peer)
+  }
+  return out
+}
+
 /** The interconnect's slice of a transport node */
 export function componentsFromNode (node: TransportNode): InterconnectComponents {
   return {
@@ -72,6 +90,7 @@ export function componentsFromNode (node: TransportNode): InterconnectComponents
     logger: node.logger,
     metrics: node.metrics,
     lookups: { started: () => lookupStarted(node.services.dht) },
+    identified: { peers: async protocol => identifiedPeers(node, protocol) },
     // gossipsub's validator verdicts are an enum of these same strings
     ...(node.services.pubsub != null ? { pubsub: node.services.pubsub as unknown as PubSub } : {})
   }

@@ -122,7 +122,9 @@ class DefaultInterconnect implements InterconnectService {
       // as on the cards: none for a node reachable only through its gateways
       addrs: () => hidden ? [] : components.addresses.getMultiaddrs().map(a => a.toString()),
       // a cached lookup of a name whose announcers changed would hide them
-      onChange: names => { for (const n of names) this.caches.lookups.delete(n) }
+      onChange: names => { for (const n of names) this.caches.lookups.delete(n) },
+      identified: components.identified,
+      events: components.events
     })
   }
 

@@ -14,7 +14,7 @@ import { CapabilityIndex } from '../src/gossip/cap-index.js'
 import { IndexQuery } from '../src/gossip/index-query.js'
 import { resolveGossipOptions } from '../src/gossip/options.js'
 import { verifyEntry } from '../src/gossip/signed-entry.js'
-import { CAPS_INDEX_PROTOCOL, createInterconnect, gossipTopic, signedBytes } from '../src/index.js'
+import { CAPS_INDEX_PROTOCOL, componentsFromNode, createInterconnect, gossipTopic, interconnectFromComponents, signedBytes } from '../src/index.js'
 import type { SignedEntry } from '../src/gossip/signed-entry.js'
 import type { GossipInit, Interconnect } from '../src/index.js'
 import type { TransportNode } from '@ioa/transport'
@@ -155,6 +155,47 @@ describe('index query over TCP', () => {
     // the verified entry is in the newcomer's index now, as if gossip had brought it
     expect(ic.gossip?.announcers(CAP)).toEqual([host.peerId.toString()])
     expect(bootIc.gossip?.stats().queriesServed).toBeGreaterThanOrEqual(1)
+  })
+
+  it('a newcomer asks its identified bootstrap peer before any topic subscription has arrived', async () => {
+    const { host, boot, bootIc, did } = await settled()
+    const newcomer = await tcpNode()
+    // the newcomer's gossipsub never tells of a peer of the topic: only identify says who serves the query
+    const components = componentsFromNode(newcomer)
+    const pubsub = components.pubsub
+    if (pubsub == null) throw new Error('no pubsub')
+    const blind = Object.assign(Object.create(pubsub), {
+      getSubscribers: () => [],
+      addEventListener: () => {},
+      removeEventListener: () => {}
+    })
+    const ic = await interconnectFromComponents({ ...components, pubsub: blind }, { domain: DOMAIN, gossip: { queryWait: 10_000 } })
+    stoppers.push(ic)
+    const lookup = ic.discoverAll({ capability: CAP }, { dht: false, cache: false, timeout: 15_000 })
+    await newcomer.dial(boot.getMultiaddrs()[0])
+    const found = await lookup
+    expect(found.map(r => r.card.id)).toEqual([did])
+    expect(found[0].peer).toBe(host.peerId.toString())
+    expect(bootIc.gossip?.stats().queriesServed).toBe(1)
+  })
+
+  it('a newcomer that announces nothing holds its hello for helloHold, and sends it once it announces (spec 12.4)', async () => {
+    const { boot, bootIc, did } = await settled()
+    const newcomer = await tcpNode()
+    const ic = await interconnect(newcomer, { debounce: 0, helloHold: 30_000 })
+    await newcomer.dial(boot.getMultiaddrs()[0])
+    // its first lookup is answered by the index query, with no hello sent
+    const found = await ic.discoverAll({ capability: CAP }, { dht: false, cache: false, timeout: 15_000 })
+    expect(found.map(r => r.card.id)).toEqual([did])
+    await subscribed(newcomer, boot)
+    const published = (): number => ic.gossip?.stats().published ?? 0
+    // a peer of the topic is known and the debounce (0) has passed: the hello is held
+    await new Promise(resolve => setTimeout(resolve, 300))
+    expect(published()).toBe(0)
+    // something to announce sends it at once, as a hello with the capability
+    await ic.host({ key: 'late', name: 'Late', skills: [{ id: 'geo.route' }] })
+    await until(() => published() >= 1, { ...POLL, what: 'the hello once the node announces' })
+    await until(() => bootIc.gossip?.announcers('geo.route').includes(newcomer.peerId.toString()), { ...POLL, what: 'the bootstrap peer indexing the newcomer' })
   })
 
   it('a lookup with a limit ends once the index query\'s candidate is verified', async () => {

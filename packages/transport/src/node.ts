@@ -288,6 +288,31 @@ async function seedBootstrapPeers (node: Libp2p, list: string[]): Promise<void> 
   }
 }
 
+/**
+ * Dial the bootstrap peers as soon as the node has started. The bootstrap
+ * module dials them from a timer (its `timeout`, 0 here), which fires only
+ * once the caller's start-up code yields to the event loop: the layers
+ * above are built first (tens of ms of a cold start), and the handshake's
+ * round trips then waited for them. The module's own dial joins this one
+ * (libp2p dials one peer once).
+ */
+function dialBootstrapPeers (node: Libp2p, list: string[]): void {
+  for (const addr of list) {
+    let ma
+    try {
+      ma = multiaddr(addr)
+    } catch (err: any) {
+      // the bootstrap module reports the bad entry as well
+      log('not dialling bootstrap entry %s early: %s', addr, err?.message ?? err)
+      continue
+    }
+    node.dial(ma).catch((err: any) => {
+      // the bootstrap module dials again and logs its own failure
+      log('early dial of bootstrap peer %s failed: %s', addr, err?.message ?? err)
+    })
+  }
+}
+
 /** The checked options of the gossipsub service, or undefined when it is off */
 function pubsubOptions (init: TransportNodeInit['pubsub']): Required<PubsubInit> | undefined {
   if (init === false) return undefined
@@ -486,6 +511,7 @@ export async function createTransportNode (init: TransportNodeInit = {}): Promis
 
     if (init.start !== false) {
       await node.start()
+      dialBootstrapPeers(node, init.bootstrap ?? [])
     }
 
     return node

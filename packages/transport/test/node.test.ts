@@ -202,6 +202,18 @@ describe('createTransportNode', () => {
     await until(() => dht.routingTable.size > 0, { ...POLL, timeout: 10_000, what: 'routing table entry' })
   })
 
+  it('dials its bootstrap peers as soon as it has started, before its caller builds anything on it', async () => {
+    const a = await makeNode(tcpInit())
+    const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()] })
+    // no macrotask has run since the start: the bootstrap module's timer has not fired yet
+    const dialing = b.getDialQueue().some(d => d.peerId?.equals(a.peerId)) || b.getConnections(a.peerId).length > 0
+    expect(dialing).toBe(true)
+    await until(() => b.getConnections(a.peerId).length > 0, { ...POLL, timeout: 10_000, what: 'bootstrap connection' })
+    // one connection: the bootstrap module's own dial joined the early one
+    await delay(200)
+    expect(b.getConnections(a.peerId)).toHaveLength(1)
+  })
+
   it('lets its first lookups run before the first DHT self-query ends, and still waits for a first routing peer', async () => {
     const a = await makeNode(tcpInit())
     const b = await makeNode({ ...tcpInit(), bootstrap: [a.getMultiaddrs()[0].toString()] })

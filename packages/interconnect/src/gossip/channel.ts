@@ -12,6 +12,7 @@
  */
 import { TokenBuckets } from '@ioa/transport/internal'
 import { pushable } from 'it-pushable'
+import { CAPS_INDEX_PROTOCOL } from '../protocols.js'
 import { CapabilityIndex } from './cap-index.js'
 import { IndexQuery } from './index-query.js'
 import { GossipPublisher } from './publisher.js'
@@ -39,6 +40,13 @@ export interface GossipChannelInit {
   addrs(): string[]
   /** The announcers of these names changed (drop cached lookups of them) */
   onChange(names: Iterable<string>): void
+  /**
+   * Connected peers whose identify lists the index query's protocol, asked
+   * while no peer of the topic is known (section 12.6); with `events`, whose
+   * `peer:identify` wakes a lookup waiting for a peer to ask
+   */
+  identified?: InterconnectComponents['identified']
+  events?: InterconnectComponents['events']
 }
 
 /** What the gossip channel has seen (`Interconnect.gossip.stats()`) */
@@ -106,8 +114,13 @@ export class GossipChannel implements GossipView {
     }
   }
 
-  /** Lookups waiting for a first peer of the topic to ask */
+  /** Lookups waiting for a first peer to ask (of the topic, or identified as serving the index query) */
   private readonly waiting = new Set<() => void>()
+  private readonly onIdentify = (evt: CustomEvent<{ protocols?: string[] }>): void => {
+    if (this.waiting.size === 0 || evt.detail?.protocols?.includes(CAPS_INDEX_PROTOCOL) !== true) return
+    for (const wake of this.waiting) wake()
+    this.waiting.clear()
+  }
 
   constructor (init: GossipChannelInit) {
     this.init = init
@@ -131,6 +144,7 @@ export class GossipChannel implements GossipView {
     const { pubsub } = this.init
     pubsub.topicValidators.set(this.topic, this.validate)
     pubsub.addEventListener('subscription-change', this.onSubscriptionChange)
+    if (this.init.identified != null) this.init.events?.addEventListener('peer:identify', this.onIdentify as EventListener)
     pubsub.subscribe(this.topic)
     this.publisher.start()
     this.pruneTimer = setInterval(() => { this.index.prune() }, Math.max(1_000, Math.min(this.init.opts.maxTtl, this.init.opts.interval)))
@@ -146,6 +160,7 @@ export class GossipChannel implements GossipView {
     await this.publisher.stop()
     const { pubsub } = this.init
     pubsub.removeEventListener('subscription-change', this.onSubscriptionChange)
+    this.init.events?.removeEventListener('peer:identify', this.onIdentify as EventListener)
     if (pubsub.topicValidators.get(this.topic) === this.validate) pubsub.topicValidators.delete(this.topic)
     try {
       pubsub.unsubscribe(this.topic)
@@ -205,17 +220,18 @@ export class GossipChannel implements GossipView {
 
   /**
    * The candidates of a lookup of `capability` whose index has none: the
-   * answers of up to `queryPeers` peers of the topic (waiting up to
+   * answers of up to `queryPeers` peers of the topic or, while none is
+   * known, of connected peers that serve the index query (waiting up to
    * `queryWait` for a first one), as each arrives; a failed or refused
    * answer is logged and skipped
    */
   async * candidates (capability: string, signal: AbortSignal): AsyncGenerator<string[], void, undefined> {
     const { opts } = this.init
     if (opts.queryPeers === 0) return
-    let peers = this.init.pubsub.getSubscribers(this.topic)
+    let peers = await this.askable()
     if (peers.length === 0 && opts.queryWait > 0) {
       await this.topicPeer(signal)
-      peers = this.init.pubsub.getSubscribers(this.topic)
+      peers = await this.askable()
     }
     if (peers.length === 0 || signal.aborted) return
     const out = pushable<string[]>({ objectMode: true })
@@ -231,7 +247,28 @@ export class GossipChannel implements GossipView {
     yield * out
   }
 
-  /** Wait for a first subscribed peer of the topic, at most `queryWait` ms or until `signal` aborts */
+  /**
+   * The peers a lookup asks: those of the topic or, while none is known,
+   * the connected peers whose identify lists the index query's protocol. A
+   * newcomer's bootstrap peer is one of the second long before its topic
+   * subscription arrives (gossipsub sends it only after identify, over a
+   * stream of its own): about 70 ms of a cold start. A peer of another
+   * domain answers with entries signed for its own topic, which the
+   * asker's checks refuse (check 4).
+   */
+  private async askable (): Promise<PeerId[]> {
+    const subscribers = this.init.pubsub.getSubscribers(this.topic)
+    if (subscribers.length > 0 || this.init.identified == null) return subscribers
+    try {
+      return (await this.init.identified.peers(CAPS_INDEX_PROTOCOL)).filter(p => !p.equals(this.init.peerId))
+    } catch (err: any) {
+      // a peer that left while its record was read: the topic's peers are awaited instead
+      this.log('could not list the identified peers to ask: %s', err?.message ?? err)
+      return []
+    }
+  }
+
+  /** Wait for a first peer to ask (of the topic, or identified), at most `queryWait` ms or until `signal` aborts */
   private async topicPeer (signal: AbortSignal): Promise<void> {
     await new Promise<void>(resolve => {
       const done = (): void => {

@@ -35,6 +35,17 @@ export interface GossipInit {
   helloMinInterval?: number
 
   /**
+   * How long after start a hello that announces nothing (a client's,
+   * section 12.4) is held, in ms: its signing and sending then do not take
+   * the CPU of a newcomer's first lookup and task, and its first lookups
+   * ask the index query (12.6) for what the hello's answers would bring.
+   * Announcing something sends it at once. 0: not held
+   *
+   * @default 1_000
+   */
+  helloHold?: number
+
+  /**
    * Changes to the announced set within this many ms make one snapshot
    *
    * @default 100
@@ -90,7 +101,7 @@ export interface GossipInit {
   clockSkew?: number
 
   /**
-   * Most connected peers of the topic a lookup asks for their index entries
+   * Most connected peers of the topic (or, while none is known, identified as serving the index query) a lookup asks for their index entries
    * of a capability (the index query, spec section 12.6) when this node's
    * own index has no announcer of it, as a newcomer's has not; 0 never asks
    *
@@ -99,8 +110,9 @@ export interface GossipInit {
   queryPeers?: number
 
   /**
-   * How long such a lookup waits for a first connected peer of the topic
-   * to ask (a newcomer's bootstrap connection), in ms
+   * How long such a lookup waits for a first connected peer to ask (of
+   * the topic, or whose identify lists the index query's protocol: a
+   * newcomer's bootstrap connection), in ms
    *
    * @default 2_000
    */
@@ -151,6 +163,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     ttl: init.ttl ?? 3 * interval,
     maxTtl: init.maxTtl ?? 180_000,
     helloMinInterval: init.helloMinInterval ?? 10_000,
+    helloHold: init.helloHold ?? 1_000,
     debounce: init.debounce ?? 100,
     maxCapabilities: init.maxCapabilities ?? 1_024,
     maxMessageBytes: init.maxMessageBytes ?? 65_536,
@@ -170,6 +183,7 @@ export function resolveGossipOptions (init: GossipInit): GossipDefaults {
     ttl: [1, 2_147_483_647],
     maxTtl: [1, 2_147_483_647],
     helloMinInterval: [0, 86_400_000],
+    helloHold: [0, 60_000],
     debounce: [0, 60_000],
     maxCapabilities: [1, 65_536],
     maxMessageBytes: [64, 1_048_576],

@@ -43,6 +43,10 @@ export class GossipPublisher {
   private helloTimer?: ReturnType<typeof setTimeout>
   private running = false
   private publishing: Promise<void> = Promise.resolve()
+  /** When the publisher started (a hello that announces nothing waits `helloHold` from then) */
+  private startedAt = 0
+  /** Ends the wait of a held hello (something to announce, or stop) */
+  private releaseHello?: () => void
   /** Snapshots published since start */
   published = 0
 
@@ -54,13 +58,17 @@ export class GossipPublisher {
   start (): void {
     this.running = true
     this.helloPending = true
+    this.startedAt = Date.now()
     this.scheduleInterval()
     this.changed()
   }
 
   /** The announced set changed (or a first peer subscribed): publish soon */
   changed (): void {
-    if (!this.running || this.debounceTimer != null) return
+    if (!this.running) return
+    // something to announce: a held hello goes out now, with it
+    if (this.init.caps().length > 0) this.releaseHello?.()
+    if (this.debounceTimer != null) return
     this.debounceTimer = setTimeout(() => {
       this.debounceTimer = undefined
       void this.publish('change')
@@ -94,6 +102,7 @@ export class GossipPublisher {
   async stop (): Promise<void> {
     if (!this.running) return
     this.running = false
+    this.releaseHello?.()
     clearTimeout(this.debounceTimer)
     clearTimeout(this.intervalTimer)
     clearTimeout(this.helloTimer)
@@ -118,10 +127,35 @@ export class GossipPublisher {
   private async publish (why: string): Promise<void> {
     const next = this.publishing.then(async () => {
       if (!this.running) return
-      await this.send(this.fit(this.init.caps()), this.helloPending, why)
+      // a hello that announces nothing only asks for the others' snapshots:
+      // the node's first lookups ask the index query for what they need meanwhile
+      if (this.helloPending && this.init.caps().length === 0) {
+        await this.holdHello()
+        if (!this.running) return
+      }
+      const caps = this.init.caps()
+      // an empty set that was empty already, its hello delivered, tells no one anything
+      if (caps.length === 0 && this.lastCaps.length === 0 && !this.helloPending) return
+      await this.send(this.fit(caps), this.helloPending, why)
     })
     this.publishing = next
     await next
+  }
+
+  /** Wait until `helloHold` has passed since start, something is to be announced, or stop */
+  private async holdHello (): Promise<void> {
+    const left = this.startedAt + this.init.opts.helloHold - Date.now()
+    if (left <= 0) return
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        clearTimeout(timer)
+        if (this.releaseHello === done) this.releaseHello = undefined
+        resolve()
+      }
+      const timer = setTimeout(done, left)
+      timer.unref?.()
+      this.releaseHello = done
+    })
   }
 
   /** The first of `caps` that fit the bounds of one snapshot */

@@ -255,12 +255,12 @@ describe('orchestrator over TCP', () => {
   it('journals each step of a sequential run in two writes, in dag-cbor, each step\'s end before its dependent\'s first write', async () => {
     const writes: Array<{ key: string, record: any }> = []
     class Recording extends MemoryDatastore {
-      put (key: Key, value: Uint8Array): Key {
+      override async put (key: Key, value: Uint8Array): Promise<Key> {
         const record = dagCbor.decode<any>(value)
         // the spec's format: the bytes are dag-cbor's own encoding of the record
         expect([...dagCbor.encode(record)]).toEqual([...value])
         writes.push({ key: key.toString(), record })
-        return super.put(key, value)
+        return await super.put(key, value)
       }
     }
     const journaled = createOrchestrator({ ic: o.ic, tasks: o.ts, agent: orch, datastore: new Recording() })

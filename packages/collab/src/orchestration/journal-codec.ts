@@ -12,6 +12,8 @@
  * Map keys are ordered as DAG-CBOR orders them (length first, then bytes).
  */
 import * as dagCbor from '@ipld/dag-cbor'
+import { encodeWith } from '../cbor-write.js'
+import type { CborWriter } from '../cbor-write.js'
 
 /** Below this depth the generic encoder takes over (it also catches cycles) */
 const MAX_DEPTH = 32
@@ -39,8 +41,9 @@ function compareKeys (a: string, b: string): number {
   return 0
 }
 
-/** The keys in DAG-CBOR's order (sorted in place: an insertion sort, maps here have a few keys) */
+/** The keys in DAG-CBOR's order, sorted in place (an insertion sort for the few keys of a record's maps) */
 function sortKeys (keys: string[]): string[] {
+  if (keys.length > 16) return keys.sort(compareKeys)
   for (let i = 1; i < keys.length; i++) {
     const k = keys[i]
     let j = i - 1
@@ -53,94 +56,22 @@ function sortKeys (keys: string[]): string[] {
   return keys
 }
 
-class Writer {
-  buf = new Uint8Array(4_096)
-  len = 0
-
-  private room (n: number): void {
-    if (this.len + n <= this.buf.length) return
-    let size = this.buf.length * 2
-    while (size < this.len + n) size *= 2
-    const next = new Uint8Array(size)
-    next.set(this.buf.subarray(0, this.len))
-    this.buf = next
-  }
-
-  head (major: number, n: number): void {
-    this.room(9)
-    const b = this.buf
-    const m = major << 5
-    if (n < 24) {
-      b[this.len++] = m | n
-    } else if (n < 0x100) {
-      b[this.len++] = m | 24
-      b[this.len++] = n
-    } else if (n < 0x10000) {
-      b[this.len++] = m | 25
-      b[this.len++] = n >>> 8
-      b[this.len++] = n & 0xff
-    } else if (n < 0x100000000) {
-      b[this.len++] = m | 26
-      b[this.len++] = n >>> 24
-      b[this.len++] = (n >>> 16) & 0xff
-      b[this.len++] = (n >>> 8) & 0xff
-      b[this.len++] = n & 0xff
-    } else {
-      const hi = Math.floor(n / 0x100000000)
-      const lo = n >>> 0
-      b[this.len++] = m | 27
-      b[this.len++] = hi >>> 24
-      b[this.len++] = (hi >>> 16) & 0xff
-      b[this.len++] = (hi >>> 8) & 0xff
-      b[this.len++] = hi & 0xff
-      b[this.len++] = lo >>> 24
-      b[this.len++] = (lo >>> 16) & 0xff
-      b[this.len++] = (lo >>> 8) & 0xff
-      b[this.len++] = lo & 0xff
-    }
-  }
-
-  byte (v: number): void {
-    this.room(1)
-    this.buf[this.len++] = v
-  }
-
-  bytes (v: Uint8Array): void {
-    this.room(v.length)
-    this.buf.set(v, this.len)
-    this.len += v.length
-  }
-
-  string (s: string): void {
-    let ascii = true
-    for (let i = 0; i < s.length; i++) {
-      if (s.charCodeAt(i) > 0x7f) { ascii = false; break }
-    }
-    if (!ascii) {
-      const e = utf8.encode(s)
-      this.head(3, e.length)
-      this.bytes(e)
-      return
-    }
-    this.head(3, s.length)
-    this.room(s.length)
-    const b = this.buf
-    for (let i = 0; i < s.length; i++) b[this.len++] = s.charCodeAt(i)
-  }
-}
+const TRUE = Uint8Array.of(0xf5)
+const FALSE = Uint8Array.of(0xf4)
+const NULL = Uint8Array.of(0xf6)
 
 function isPlain (value: object): boolean {
   const proto = Object.getPrototypeOf(value)
   return proto === Object.prototype || proto === null
 }
 
-function write (w: Writer, value: unknown, depth: number): void {
+function write (w: CborWriter, value: unknown, depth: number): void {
   switch (typeof value) {
     case 'string':
-      w.string(value)
+      w.text(value)
       return
     case 'boolean':
-      w.byte(value ? 0xf5 : 0xf4)
+      w.raw(value ? TRUE : FALSE)
       return
     case 'number':
       if (Number.isSafeInteger(value)) {
@@ -151,7 +82,7 @@ function write (w: Writer, value: unknown, depth: number): void {
       break
     case 'object':
       if (value === null) {
-        w.byte(0xf6)
+        w.raw(NULL)
         return
       }
       if (depth >= MAX_DEPTH) break
@@ -169,7 +100,7 @@ function write (w: Writer, value: unknown, depth: number): void {
         for (const k of keys) {
           const v = obj[k]
           if (v === undefined) continue
-          w.string(k)
+          w.text(k)
           write(w, v, depth + 1)
         }
         return
@@ -177,20 +108,10 @@ function write (w: Writer, value: unknown, depth: number): void {
       break
   }
   // floats, bytes, CIDs, undefined in a list, anything else: the generic encoder (which also rejects what DAG-CBOR cannot hold)
-  w.bytes(dagCbor.encode(value))
+  w.raw(dagCbor.encode(value))
 }
-
-/** One writer for every record: encoding is synchronous, the bytes are copied out */
-const writer = new Writer()
 
 /** A journal record's DAG-CBOR bytes (undefined map values left out) */
 export function encodeRecord (value: unknown): Uint8Array {
-  writer.len = 0
-  try {
-    write(writer, value, 0)
-    return writer.buf.slice(0, writer.len)
-  } finally {
-    // a record far larger than usual does not keep its buffer
-    if (writer.buf.length > 65_536) writer.buf = new Uint8Array(4_096)
-  }
+  return encodeWith(w => { write(w, value, 0) })
 }

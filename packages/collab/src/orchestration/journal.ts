@@ -103,9 +103,13 @@ export class RunJournal {
   private readonly prefix: string
   private readonly pending = new Map<string, Pending>()
 
+  /** Whether keys need the datastore's cleaning (only for a prefix that is not clean: run and step ids have no `/`) */
+  private readonly cleanKeys: boolean
+
   constructor (datastore: Datastore, prefix = JOURNAL_PREFIX) {
     this.datastore = datastore
     this.prefix = prefix
+    this.cleanKeys = new Key(prefix).toString() !== prefix
   }
 
   private runKey (runId: string): string {
@@ -130,7 +134,7 @@ export class RunJournal {
     const chain = entry.chain.catch(() => {}).then(async () => {
       entry.queued = false
       const bytes = encodeRecord(entry.value)
-      await this.datastore.put(new Key(key), bytes)
+      await this.datastore.put(new Key(key, this.cleanKeys), bytes)
     })
     entry.chain = chain
     // (this write's failure goes to the caller through the returned chain)

@@ -16,6 +16,7 @@ import { createIdentity, createInterconnect } from '@ioa/interconnect'
 import { createTransportNode } from '@ioa/transport'
 import { MemoryDatastore } from 'datastore-core'
 import { LevelDatastore } from 'datastore-level'
+import * as dagCbor from '@ipld/dag-cbor'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { LOOPBACK, delay, rejectionOf, until as poll } from '../../../test/util.js'
 import { delegate } from '../src/auth/delegation.js'
@@ -28,7 +29,7 @@ import type { Plan } from '../src/planning/plan.js'
 import type { SkillContext, TaskService } from '../src/tasks/service.js'
 import type { HostedAgent, Identity, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { Datastore } from 'interface-datastore'
+import type { Datastore, Key } from 'interface-datastore'
 
 const LEASE = 200
 const COLLAB = fileURLToPath(new URL('..', import.meta.url))
@@ -249,6 +250,45 @@ describe('orchestrator over TCP', () => {
     const journaled = await orchestrator.getRun(runId)
     expect(journaled).toMatchObject({ state: 'completed', result: { sum: 112 } })
     expect((await orchestrator.listRuns({ state: 'completed' })).map(r => r.runId)).toContain(runId)
+  })
+
+  it('journals each step of a sequential run in two writes, in dag-cbor, each step\'s end before its dependent\'s first write', async () => {
+    const writes: Array<{ key: string, record: any }> = []
+    class Recording extends MemoryDatastore {
+      override async put (key: Key, value: Uint8Array): Promise<Key> {
+        const record = dagCbor.decode<any>(value)
+        // the spec's format: the bytes are dag-cbor's own encoding of the record
+        expect([...dagCbor.encode(record)]).toEqual([...value])
+        writes.push({ key: key.toString(), record })
+        return await super.put(key, value)
+      }
+    }
+    const journaled = createOrchestrator({ ic: o.ic, tasks: o.ts, agent: orch, datastore: new Recording() })
+    try {
+      const p = plan('journal-writes', [
+        { id: 's1', capability: 'test.add', input: { a: 1, b: 1 }, dependsOn: [] },
+        { id: 's2', capability: 'test.add', input: { a: { $ref: 's1.sum' }, b: 1 }, dependsOn: ['s1'] },
+        { id: 's3', capability: 'test.add', input: { a: { $ref: 's2.sum' }, b: 1 }, dependsOn: ['s2'] }
+      ], 's3')
+      const res = await journaled.runToCompletion(p, { proofs: [userToken], runId: 'journal-writes' })
+      expect(res.result).toEqual({ sum: 4 })
+      const stepWrites = writes.filter(w => w.key.includes('/steps/'))
+      for (const id of ['s1', 's2', 's3']) {
+        const mine = stepWrites.filter(w => w.record.id === id)
+        // the attempt before its request leaves, then the step's end (its attempt's terminal state with it)
+        expect(mine.map(w => [w.record.state, w.record.attempts.map((a: any) => a.state)])).toEqual([
+          ['running', ['submitting']],
+          ['completed', ['completed']]
+        ])
+      }
+      // a step's end is stored before the step that depends on it writes anything
+      const at = (id: string, state: string): number => stepWrites.findIndex(w => w.record.id === id && w.record.state === state)
+      expect(at('s1', 'completed')).toBeLessThan(at('s2', 'running'))
+      expect(at('s2', 'completed')).toBeLessThan(at('s3', 'running'))
+      expect(writes.filter(w => w.key.includes('/runs/')).map(w => w.record.state)).toEqual(['running', 'completed'])
+    } finally {
+      await journaled.stop()
+    }
   })
 
   it('refuses a run whose proofs do not cover a step, and a duplicate run id', async () => {

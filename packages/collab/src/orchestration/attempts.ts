@@ -224,9 +224,11 @@ export class SubtaskRunner {
         const task = ev.task
         last = task
         if (task.state !== attempt.state) {
-          // in the background: the step's end is journaled (and awaited) right after a terminal state
           attempt.state = task.state
-          void this.ctx.trySave(run, rec)
+          // intermediate states in the background; a terminal state is
+          // journaled by what follows it (the step's end, awaited, or the
+          // failure's save in runSlot), not written twice
+          if (!isTerminal(task.state)) void this.ctx.trySave(run, rec)
         }
         if (ev.type === 'status') {
           this.ctx.emit(run, { type: 'step-status', runId: run.id, stepId: step.id, slot: attempt.slot, provider: attempt.provider, taskId: task.id, state: task.state, task })

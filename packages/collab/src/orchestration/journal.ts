@@ -3,12 +3,14 @@
  * that an orchestrator started after a crash can carry on where the previous
  * one stopped (`Orchestrator.resume`). One record per run (the plan, the
  * authority, the limits and the outcome) and one record per step (its state,
- * its subtasks and their providers, its result). Records are DAG-CBOR.
+ * its subtasks and their providers, its result). Records are DAG-CBOR
+ * (written by journal-codec.ts).
  *
  * Spec: `spec/collab-orchestration.md`, section 6.
  */
 import * as dagCbor from '@ipld/dag-cbor'
 import { Key } from 'interface-datastore'
+import { encodeRecord } from './journal-codec.js'
 import type { Token } from '../auth/delegation.js'
 import type { Plan } from '../planning/plan.js'
 import type { TaskError, TaskState } from '../tasks/model.js'
@@ -90,19 +92,6 @@ interface Pending {
   chain: Promise<void>
 }
 
-/** Drop `undefined` (not DAG-CBOR) from maps, recursively */
-function clean (value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(clean)
-  if (value == null || typeof value !== 'object' || value instanceof Uint8Array) return value
-  const proto = Object.getPrototypeOf(value)
-  if (proto !== Object.prototype && proto !== null) return value
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) {
-    if (v !== undefined) out[k] = clean(v)
-  }
-  return out
-}
-
 /**
  * Run and step records in a datastore. Writes of one key are ordered and
  * coalesced: a write queued while another of the same key is in progress
@@ -114,9 +103,13 @@ export class RunJournal {
   private readonly prefix: string
   private readonly pending = new Map<string, Pending>()
 
+  /** Whether keys need the datastore's cleaning (only for a prefix that is not clean: run and step ids have no `/`) */
+  private readonly cleanKeys: boolean
+
   constructor (datastore: Datastore, prefix = JOURNAL_PREFIX) {
     this.datastore = datastore
     this.prefix = prefix
+    this.cleanKeys = new Key(prefix).toString() !== prefix
   }
 
   private runKey (runId: string): string {
@@ -140,8 +133,8 @@ export class RunJournal {
     // (the previous write's failure went to its own caller, who got that chain)
     const chain = entry.chain.catch(() => {}).then(async () => {
       entry.queued = false
-      const bytes = dagCbor.encode(clean(entry.value))
-      await this.datastore.put(new Key(key), bytes)
+      const bytes = encodeRecord(entry.value)
+      await this.datastore.put(new Key(key, this.cleanKeys), bytes)
     })
     entry.chain = chain
     // (this write's failure goes to the caller through the returned chain)

@@ -323,22 +323,36 @@ class DefaultOrchestrator implements Orchestrator {
 
   // ---- driving ---------------------------------------------------------
 
-  private async * drive (run: Run, signal?: AbortSignal): AsyncGenerator<OrchestratorEvent, void, undefined> {
+  /** Start executing a run; returns what its reader calls when it stops reading the run's events */
+  private start (run: Run, signal?: AbortSignal): () => Promise<void> {
     const onAbort = (): void => { this.cancel(run, signal?.reason) }
     signal?.addEventListener('abort', onAbort, { once: true })
     if (signal?.aborted === true) onAbort()
     run.done = this.execute(run)
-    try {
-      for await (const e of run.events) yield e
-    } finally {
+    return async () => {
       signal?.removeEventListener('abort', onAbort)
       if (run.outcome == null && !run.stopped) this.cancel(run, new CanceledError('The run\'s event iteration was stopped'))
       await run.done
     }
   }
 
+  private async * drive (run: Run, signal?: AbortSignal): AsyncGenerator<OrchestratorEvent, void, undefined> {
+    const stop = this.start(run, signal)
+    try {
+      for await (const e of run.events) yield e
+    } finally {
+      await stop()
+    }
+  }
+
   private async complete (run: Run, signal?: AbortSignal, onEvent?: (event: OrchestratorEvent) => void): Promise<RunResult> {
-    for await (const e of this.drive(run, signal)) onEvent?.(e)
+    // the run's events read here directly (no generator layer per event)
+    const stop = this.start(run, signal)
+    try {
+      for await (const e of run.events) onEvent?.(e)
+    } finally {
+      await stop()
+    }
     if (run.stopped) throw new OrchestratorStoppedError(`Run ${run.id} was stopped`)
     const outcome = run.outcome as RunResult
     if (outcome.state === 'completed') return outcome

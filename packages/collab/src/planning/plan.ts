@@ -11,7 +11,7 @@
  * resolving a step's input is resolve.ts (both re-exported here), the helpers
  * the planners share are planners/shared.ts.
  */
-import * as dagCbor from '@ipld/dag-cbor'
+import { encodeRecord } from '../orchestration/journal-codec.js'
 import { assertCapability } from '@ioa/interconnect'
 import type { DiscoveredAgent, DiscoveryQuery } from '@ioa/interconnect'
 import type { ComponentLogger } from '@libp2p/interface'
@@ -369,7 +369,8 @@ export function validatePlan (plan: unknown): Plan {
 
   let size: number
   try {
-    size = dagCbor.encode(out).byteLength
+    // (the bytes the journal writes, spec/collab-orchestration.md 6)
+    size = encodeRecord(out).byteLength
   } catch (err) {
     throw invalid('plan', `not encodable as DAG-CBOR: ${(err as Error).message}`, {}, err)
   }

@@ -9,11 +9,11 @@
  * or three (`network` and `skill` and `state`). Every node of a process
  * shares them (see registry.ts); a second node finds them registered.
  */
-import { cellCounter, cellHistogram } from './cells.js'
+import { cellCounter } from './cells.js'
 import { DURATION_BUCKETS, counter, histogram } from './registry-metrics.js'
 import { SkillLabel, codeLabel } from './labels.js'
 import type { BoundedLabel } from './labels.js'
-import type { CellCounter, CellHistogram, CountCell, HistogramCell } from './cells.js'
+import type { CellCounter, CountCell } from './cells.js'
 import type { ExecutorEvent, RelayEvent, TaskSnapshot, TaskState } from '@ioa/collab'
 import type { Counter, Histogram, Registry } from 'prom-client'
 
@@ -71,9 +71,11 @@ export class IoaMetrics {
   private readonly chainsVerified: CountCell
   private readonly chainsRejected: Counter
   private readonly envelopesRefused: Counter
-  private readonly invokeDuration: CellHistogram
+  private readonly invokeDuration: Histogram
   /** Cells by skill and state (served, submitted) or side and skill (durations) */
-  private readonly cells = new Map<string, CountCell | HistogramCell>()
+  private readonly cells = new Map<string, CountCell>()
+  /** prom-client's bound children of the duration histogram, by side and skill */
+  private readonly durations = new Map<string, { observe: (v: number) => void }>()
   private readonly relays: Counter
   private readonly relayRefusals: Counter
   private readonly lapsed: Counter
@@ -92,7 +94,7 @@ export class IoaMetrics {
     this.chainsVerified = cellCounter(r, 'ioa_delegation_chains_verified_total', 'Delegation chains of served requests that verified', ['network']).cell({ network: this.network })
     this.chainsRejected = counter(r, 'ioa_delegation_chains_rejected_total', 'Delegation chains of requests that did not verify, by error code', ['network', 'code'])
     this.envelopesRefused = counter(r, 'ioa_envelopes_refused_total', 'Request envelopes refused, by error code', ['network', 'code'])
-    this.invokeDuration = cellHistogram(r, 'gen_ai_invoke_agent_duration_seconds', 'Duration of agent invocations (gen_ai.invoke_agent.duration): side=server for tasks served here, client for tasks submitted', ['network', 'side', 'skill'], DURATION_BUCKETS)
+    this.invokeDuration = histogram(r, 'gen_ai_invoke_agent_duration_seconds', 'Duration of agent invocations (gen_ai.invoke_agent.duration): side=server for tasks served here, client for tasks submitted', ['network', 'side', 'skill'], DURATION_BUCKETS)
     this.relays = counter(r, 'ioa_gateway_relays_total', 'Task submits the domain gateway relayed, by what the executor said (accepted, refused)', ['network', 'outcome'])
     this.relayRefusals = counter(r, 'ioa_gateway_refusals_total', 'Task submits the domain gateway refused, by reason (error code)', ['network', 'reason'])
     this.lapsed = counter(r, 'ioa_leases_lapsed_total', 'Submitted tasks whose executor lease lapsed', ['network'])
@@ -113,12 +115,12 @@ export class IoaMetrics {
   }
 
   /** The duration cell of `side` and `skill` */
-  private duration (side: 'server' | 'client', skill: string): HistogramCell {
-    const k = `h\u0000${side}\u0000${skill}`
-    let c = this.cells.get(k) as HistogramCell | undefined
+  private duration (side: 'server' | 'client', skill: string): { observe: (v: number) => void } {
+    const k = `${side}\u0000${skill}`
+    let c = this.durations.get(k)
     if (c == null) {
-      c = this.invokeDuration.cell({ network: this.network, side, skill })
-      this.cells.set(k, c)
+      c = this.invokeDuration.labels({ network: this.network, side, skill })
+      this.durations.set(k, c)
     }
     return c
   }

@@ -136,20 +136,35 @@ describe('session mode over TCP', () => {
     for (const close of closers.reverse()) await close().catch(() => {})
   })
 
-  it('a session-mode task completes without a per-request signature; the agent binds once per connection', async () => {
+  it('a session-mode task completes without a per-request signature; the agent binds once per connection, beside its first request', async () => {
     sent.length = 0
-    for (let i = 0; i < 3; i++) {
+    const submit = async (i: number): Promise<void> => {
       const done = await tsR.submitAndWait(car.did, hotel.did, { skill: 'travel.hotel.book', input: { n: i }, proofs: [carToken] })
       expect(done.state).toBe('completed')
       expect(done.result).toEqual({ input: { n: i }, caller: car.did })
     }
-    const submits = sent.filter(s => s.method === 'submit')
-    expect(submits).toHaveLength(3)
-    for (const s of submits) {
+    // the first request goes signed at once, the binding exchange beside it (not two round trips before it)
+    await submit(0)
+    expect(sent.map(s => s.method).slice(0, 2).sort()).toEqual(['challenge', 'submit'])
+    expect(sent.find(s => s.method === 'submit')?.payload.envelope.sig).toBeInstanceOf(Uint8Array)
+    // once bound, requests go unsigned
+    let n = 1
+    while (sent.filter(s => s.method === 'submit').at(-1)?.payload.envelope.sig != null) {
+      if (n > 50) throw new Error('no unsigned submit after 50 tasks')
+      await submit(n++)
+    }
+    for (let i = 0; i < 2; i++) await submit(n++)
+    const unsigned = sent.filter(s => s.method === 'submit').filter(s => s.payload.envelope.sig == null)
+    expect(unsigned.length).toBeGreaterThanOrEqual(3)
+    for (const s of unsigned) {
       // the envelope went without `sig`: nothing was signed per request
       expect(Object.keys(s.payload.envelope)).toEqual(['payload'])
       expect(s.payload.envelope.payload.from).toBe(car.did)
     }
+    // signed ones only before the binding was answered
+    const submits = sent.filter(s => s.method === 'submit')
+    const firstUnsigned = submits.findIndex(s => s.payload.envelope.sig == null)
+    expect(submits.slice(firstUnsigned).every(s => s.payload.envelope.sig == null)).toBe(true)
     expect(sent.filter(s => s.method === 'challenge')).toHaveLength(1)
     const binds = sent.filter(s => s.method === 'bind')
     expect(binds).toHaveLength(1)

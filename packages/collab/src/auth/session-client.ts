@@ -44,6 +44,8 @@ interface Bound {
 }
 
 const MAX_MEMO = 4_096
+/** A binding with less left than this is not used for a request, ms */
+const RENEW_MARGIN = 1_000
 
 /** How long a peer found to speak /ioa/task/1.0.0 only is taken to, before its protocols are looked at again (ms) */
 export const V1_RECHECK = 30_000
@@ -117,6 +119,28 @@ export class SessionClient {
       this.binding.set(key, pending)
     }
     return await pending
+  }
+
+  /**
+   * Whether a request of `agent` to `peer` can go unsigned now: true while
+   * it holds a binding that has not expired. When it holds none, or one due
+   * for renewal, a binding exchange starts beside the request (shared with
+   * concurrent callers, never rejecting: a failure is logged) and a request
+   * without a live binding is signed instead of waiting for the exchange's
+   * two round trips.
+   */
+  bindBeside (peer: string, agent: Identity): boolean {
+    if (this.versions.sessionless(peer)) return false
+    const key = `${peer}\n${agent.did}`
+    const known = this.bound.get(key)
+    const now = Date.now()
+    if (known != null && known.exp - this.renewBefore > now) return true
+    if (!this.binding.has(key)) {
+      const pending = this.bind(peer, agent, key).finally(() => { this.binding.delete(key) })
+      this.binding.set(key, pending)
+    }
+    // a binding due for renewal still serves while the renewal runs (with a margin for the request's flight)
+    return known != null && known.exp - RENEW_MARGIN > now
   }
 
   private async bind (peer: string, agent: Identity, key: string, signal?: AbortSignal): Promise<boolean> {

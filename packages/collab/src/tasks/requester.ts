@@ -373,7 +373,8 @@ export class TaskRequester implements LeaseWatchHost {
     const signed = async (): Promise<EventSource> => send(await createEncodedEnvelope(identity, init))
     if (auth === 'envelope' || this.sessions.needsEnvelope(peer, init.to, init.skill)) return await signed()
     // session mode is a part of 2.0.0 (spec 2.6): a peer of 1.0.0 only gets signed envelopes
-    if (!local && (await this.versionOf(peer) === 1 || !await this.sessions.ensure(peer, identity, signal))) return await signed()
+    // without a live binding yet, this request goes signed while the binding is made beside it (no two round trips first)
+    if (!local && (await this.versionOf(peer) === 1 || !this.sessions.bindBeside(peer, identity))) return await signed()
     const unsigned = async (): Promise<EventSource> => send(await createEncodedUnsignedEnvelope(identity.did, init))
     return new FallbackEvents(await unsigned(), async (err) => {
       if (isEnvelopeRefusal(err)) {

@@ -8,17 +8,15 @@
  * lease watch that resubscribes after its stream broke makes the same two
  * spans under the submit's CLIENT span.
  */
-import { createTaskService, delegate } from '@ioa/collab'
 import { SpanKind } from '@opentelemetry/api'
-import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { until } from '../../../test/util.js'
-import { resolvable, startTaskPair } from '../../collab/test/task-pair.js'
-import { createTracing } from '../src/index.js'
+import { resolvable } from '../../collab/test/task-pair.js'
+import { startTracedPair } from './traced-pair.js'
 import type { Token, TaskEvent, TaskService } from '@ioa/collab'
 import type { HostedAgent } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
+import type { InMemorySpanExporter, ReadableSpan } from '@opentelemetry/sdk-trace-base'
 
 const GIVEN = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
 
@@ -34,23 +32,14 @@ describe('resubscribe spans over TCP', () => {
   let caller: HostedAgent
   let token: Token
   let tsR: TaskService
-  const spansE = new InMemorySpanExporter()
-  const spansR = new InMemorySpanExporter()
+  let spansE: InMemorySpanExporter
+  let spansR: InMemorySpanExporter
   const gates = new Map<string, { promise: Promise<void>, resolve: () => void }>()
 
   beforeAll(async () => {
-    const pair = await startTaskPair(closers)
-    executor = pair.executor
-    requester = pair.requester
-    worker = await pair.icE.host({ key: 'worker', name: 'Worker', skills: [{ id: 'test.slow' }] })
-    caller = await pair.icR.host({ key: 'caller', name: 'Caller', skills: [{ id: 'test.echo' }] })
-    token = await delegate(caller.identity, { audience: worker.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 3_600_000 })
-    const tracingE = await createTracing({ exporter: spansE, serviceName: 'executor' })
-    const tracingR = await createTracing({ exporter: spansR, serviceName: 'requester' })
-    closers.push(async () => tracingE.shutdown(), async () => tracingR.shutdown())
-    const tsE = createTaskService(pair.icE, { tracer: tracingE.tracer })
-    tsR = createTaskService(pair.icR, { tracer: tracingR.tracer })
-    closers.push(async () => tsE.stop(), async () => tsR.stop())
+    const pair = await startTracedPair(closers, ['test.slow'])
+    ;({ executor, requester, worker, caller, token, tsR, spansE, spansR } = pair)
+    const tsE = pair.tsE
     // each task runs until the test opens its gate
     await tsE.serve(worker.did, 'test.slow', async (input, ctx) => {
       let resolve = (): void => {}

@@ -9,20 +9,19 @@
  * fails (an MCP result with `isError`, a function that throws) ends its span
  * as an error with `error.type`.
  */
-import { createTaskService, delegate, traceMcpClient } from '@ioa/collab'
+import { traceMcpClient } from '@ioa/collab'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api'
-import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { until } from '../../../test/util.js'
-import { resolvable, startTaskPair } from '../../collab/test/task-pair.js'
-import { createTracing } from '../src/index.js'
+import { resolvable } from '../../collab/test/task-pair.js'
+import { startTracedPair } from './traced-pair.js'
 import type { SkillContext, TaskService, Token } from '@ioa/collab'
 import type { HostedAgent } from '@ioa/interconnect'
-import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
+import type { InMemorySpanExporter, ReadableSpan } from '@opentelemetry/sdk-trace-base'
 
 /** An MCP server with a tool that adds and one that always fails, and a client connected to it in memory */
 async function mcpPair (closers: Array<() => Promise<unknown>>): Promise<Client> {
@@ -51,20 +50,13 @@ describe('execute_tool spans in a task over TCP', () => {
   let caller: HostedAgent
   let token: Token
   let tsR: TaskService
-  const spansE = new InMemorySpanExporter()
-  const spansR = new InMemorySpanExporter()
+  let spansE: InMemorySpanExporter
+  let spansR: InMemorySpanExporter
 
   beforeAll(async () => {
-    const pair = await startTaskPair(closers)
-    worker = await pair.icE.host({ key: 'worker', name: 'Worker', skills: [{ id: 'test.tools' }] })
-    caller = await pair.icR.host({ key: 'caller', name: 'Caller', skills: [{ id: 'test.echo' }] })
-    token = await delegate(caller.identity, { audience: worker.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 3_600_000 })
-    const tracingE = await createTracing({ exporter: spansE, serviceName: 'executor' })
-    const tracingR = await createTracing({ exporter: spansR, serviceName: 'requester' })
-    closers.push(async () => tracingE.shutdown(), async () => tracingR.shutdown())
-    const tsE = createTaskService(pair.icE, { tracer: tracingE.tracer })
-    tsR = createTaskService(pair.icR, { tracer: tracingR.tracer })
-    closers.push(async () => tsE.stop(), async () => tsR.stop())
+    const pair = await startTracedPair(closers, ['test.tools'])
+    ;({ worker, caller, token, tsR, spansE, spansR } = pair)
+    const tsE = pair.tsE
     const mcp = await mcpPair(closers)
     // #region mcp
     await tsE.serve(worker.did, 'test.tools', async (input, ctx: SkillContext) => {

@@ -7,19 +7,17 @@
  * span; a trace field whose traceparent is not a W3C one starts a new trace;
  * the tracing options are checked, naming the field.
  */
-import { createTaskService, delegate } from '@ioa/collab'
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api'
-import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collect, rejectionOf, until } from '../../../test/util.js'
 import { createEnvelope } from '../../collab/src/auth/envelope.js'
-import { resolvable, startTaskPair } from '../../collab/test/task-pair.js'
+import { resolvable } from '../../collab/test/task-pair.js'
 import { createTracing } from '../src/index.js'
+import { startTracedPair } from './traced-pair.js'
 import type { Token, TaskService } from '@ioa/collab'
 import type { HostedAgent } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
-import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
-import type { Tracing } from '../src/index.js'
+import type { InMemorySpanExporter, ReadableSpan } from '@opentelemetry/sdk-trace-base'
 
 const TASK_PROTOCOL_V2 = '/ioa/task/2.0.0'
 const GIVEN = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
@@ -37,24 +35,12 @@ describe('task traces over TCP', () => {
   let token: Token
   let tsE: TaskService
   let tsR: TaskService
-  const spansE = new InMemorySpanExporter()
-  const spansR = new InMemorySpanExporter()
-  let tracingE: Tracing
-  let tracingR: Tracing
+  let spansE: InMemorySpanExporter
+  let spansR: InMemorySpanExporter
 
   beforeAll(async () => {
-    const pair = await startTaskPair(closers)
-    executor = pair.executor
-    requester = pair.requester
-    worker = await pair.icE.host({ key: 'worker', name: 'Worker', skills: [{ id: 'test.fast' }, { id: 'test.chain' }] })
-    caller = await pair.icR.host({ key: 'caller', name: 'Caller', skills: [{ id: 'test.echo' }] })
-    token = await delegate(caller.identity, { audience: worker.did, capabilities: [{ skill: 'test.*' }], expiresAt: Date.now() + 3_600_000 })
-    tracingE = await createTracing({ exporter: spansE, serviceName: 'executor' })
-    tracingR = await createTracing({ exporter: spansR, serviceName: 'requester' })
-    closers.push(async () => tracingE.shutdown(), async () => tracingR.shutdown())
-    tsE = createTaskService(pair.icE, { tracer: tracingE.tracer })
-    tsR = createTaskService(pair.icR, { tracer: tracingR.tracer })
-    closers.push(async () => tsE.stop(), async () => tsR.stop())
+    const pair = await startTracedPair(closers, ['test.fast', 'test.chain'])
+    ;({ executor, requester, worker, caller, token, tsE, tsR, spansE, spansR } = pair)
     await tsE.serve(worker.did, 'test.fast', (input) => input)
     // a handler's own call goes back to the requester's node: the trace follows it
     await tsE.serve(worker.did, 'test.chain', async (input, ctx) => ({ echoed: await ctx.call(caller.did, 'test.echo', input) }))

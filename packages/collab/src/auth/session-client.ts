@@ -113,12 +113,7 @@ export class SessionClient {
     const key = `${peer}\n${agent.did}`
     const known = this.bound.get(key)
     if (known != null && known.exp - this.renewBefore > Date.now()) return true
-    let pending = this.binding.get(key)
-    if (pending == null) {
-      pending = this.bind(peer, agent, key, signal).finally(() => { this.binding.delete(key) })
-      this.binding.set(key, pending)
-    }
-    return await pending
+    return await this.exchange(peer, agent, key, signal)
   }
 
   /**
@@ -135,12 +130,19 @@ export class SessionClient {
     const known = this.bound.get(key)
     const now = Date.now()
     if (known != null && known.exp - this.renewBefore > now) return true
-    if (!this.binding.has(key)) {
-      const pending = this.bind(peer, agent, key).finally(() => { this.binding.delete(key) })
-      this.binding.set(key, pending)
-    }
+    void this.exchange(peer, agent, key)
     // a binding due for renewal still serves while the renewal runs (with a margin for the request's flight)
     return known != null && known.exp - RENEW_MARGIN > now
+  }
+
+  /** The binding exchange of `key` under way, or a new one (concurrent callers share it) */
+  private exchange (peer: string, agent: Identity, key: string, signal?: AbortSignal): Promise<boolean> {
+    let pending = this.binding.get(key)
+    if (pending == null) {
+      pending = this.bind(peer, agent, key, signal).finally(() => { this.binding.delete(key) })
+      this.binding.set(key, pending)
+    }
+    return pending
   }
 
   private async bind (peer: string, agent: Identity, key: string, signal?: AbortSignal): Promise<boolean> {

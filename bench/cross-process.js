@@ -101,6 +101,46 @@ export async function openCrossProcessPath (moduleUrl, name) {
   }
 }
 
+/** Sequential calls in one batch of the warm-up */
+const WARM_BATCH = 1_000
+/** A batch whose median RTT is this much below the best so far counts as still getting faster */
+const WARM_GAIN = 0.97
+
+/**
+ * Warm every path of `paths` until it is steady, not for a fixed count:
+ * the task path's code keeps getting faster for thousands of calls (V8
+ * optimises its many functions late, the heap grows to its working size),
+ * while a bare stream is warm after a few hundred; a fixed warm-up of 500
+ * calls measured the task path at about twice its steady cost (session 15:
+ * 0.78 ms after 500 calls, 0.38 ms after 5,000). Each path runs batches of
+ * `WARM_BATCH` sequential calls, each followed by `throughputWarmupMs` with
+ * `depth` callers, until two batches in a row are no faster than
+ * `WARM_GAIN` of its best median, at least `profile.rttWarmup` calls and
+ * at most `profile.warmBatches` batches (default 12)
+ */
+export async function warmCrossProcess (paths, { profile, depth, progress }) {
+  const { rttWarmup, throughputWarmupMs } = profile
+  const maxBatches = profile.warmBatches ?? 12
+  progress(`warm-up: batches of ${WARM_BATCH} sequential calls and ${throughputWarmupMs} ms with ${depth} callers per path, until steady (at most ${maxBatches})`)
+  for (const p of paths) {
+    let best = Infinity
+    let flat = 0
+    let calls = 0
+    let batches = 0
+    while (batches < maxBatches && (flat < 2 || calls < rttWarmup)) {
+      const { samples } = await p.phase({ cmd: 'sequential', count: WARM_BATCH })
+      await p.phase({ cmd: 'pipelined', depth, ms: throughputWarmupMs })
+      calls += WARM_BATCH
+      batches++
+      const m = percentile(samples.sort((a, b) => a - b), 50)
+      if (m < best * WARM_GAIN) flat = 0
+      else flat++
+      best = Math.min(best, m)
+    }
+    progress(`  ${p.name}: ${calls} calls in ${batches} batches, best batch median ${best.toFixed(3)} ms`)
+  }
+}
+
 /**
  * Measure `paths` (from `openCrossProcessPath`) side by side: a warm-up of
  * each, then `rttCount` sequential calls split over `rounds`, then `depth`
@@ -112,12 +152,8 @@ export async function openCrossProcessPath (moduleUrl, name) {
  * `cpuPerCallSequential` (the same over the sequential calls).
  */
 export async function compareCrossProcess (paths, { profile, depth, progress }) {
-  const { rttWarmup, rttCount, throughputWarmupMs, throughputMs, rounds } = profile
-  progress(`warm-up: ${rttWarmup} sequential calls and ${throughputWarmupMs} ms with ${depth} callers per path`)
-  for (const p of paths) {
-    await p.phase({ cmd: 'sequential', count: rttWarmup })
-    await p.phase({ cmd: 'pipelined', depth, ms: throughputWarmupMs })
-  }
+  const { rttCount, throughputMs, rounds } = profile
+  await warmCrossProcess(paths, { profile, depth, progress })
 
   progress(`round trips: ${rttCount} sequential calls per path in ${rounds} rounds`)
   const seq = new Map(paths.map(p => [p.name, { samples: [], cpu: 0 }]))

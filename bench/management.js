@@ -21,7 +21,7 @@
 // adds by itself).
 //
 //   node --import ./scripts/polyfill.js bench/index.js --group management [--quick] [--json]
-import { openCrossProcessPath } from './cross-process.js'
+import { openCrossProcessPath, warmCrossProcess } from './cross-process.js'
 import { median, percentile, rotate, row } from './measure.js'
 import { OTLP_SINK_ENV, startOtlpSink } from './otlp-sink.js'
 
@@ -49,7 +49,7 @@ const ROUNDS = { default: 24, quick: 8 }
  */
 const PAIRS = { default: 2, quick: 1 }
 /** `--quick` still warms the task path this much (less leaves its code unoptimised) */
-const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500 }
+const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500, warmBatches: 4 }
 
 /**
  * Sequential then concurrent phases of `paths`, in `rounds` rounds with a
@@ -57,12 +57,9 @@ const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500 }
  * samples, tasks/s, CPU per task, and each phase's tasks/s and CPU per task
  * (a path's i-th phase and another's are of the same round)
  */
-async function compare (paths, { rttWarmup, rttCount, throughputWarmupMs, throughputMs }, rounds, progress) {
-  progress(`warm-up: ${rttWarmup} sequential tasks and ${throughputWarmupMs} ms with ${DEPTH} callers per path`)
-  for (const p of paths) {
-    await p.phase({ cmd: 'sequential', count: rttWarmup })
-    await p.phase({ cmd: 'pipelined', depth: DEPTH, ms: throughputWarmupMs })
-  }
+async function compare (paths, profile, rounds, progress) {
+  const { rttCount, throughputMs } = profile
+  await warmCrossProcess(paths, { profile, depth: DEPTH, progress })
   const out = new Map(paths.map(p => [p.name, { rounds: [], samples: [], done: 0, elapsed: 0, cpu: 0, roundRate: [], roundCpu: [] }]))
   progress(`${rounds} rounds: ${rttCount} sequential tasks and ${throughputMs} ms with ${DEPTH} callers per path, split over the rounds`)
   for (let r = 0; r < rounds; r++) {

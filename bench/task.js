@@ -40,7 +40,7 @@ const DEPTH = 16
  * (`task`) always starts right after the last one's 16-caller warm-up, so
  * one unlucky turn decided a path's median
  */
-const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500, rounds: 6 }
+const QUICK_WARMUP = { rttWarmup: 300, throughputWarmupMs: 500, rounds: 6, warmBatches: 4 }
 
 /** metric name → [field of compareCrossProcess, unit, true when more is better] */
 const METRICS = {

@@ -22,7 +22,8 @@
  *
  * With IOA_BENCH_PROF=<dir> every child runs under `node --cpu-prof` and
  * writes `<dir>/<path>-<role>.cpuprofile` when it stops (sum them up with
- * bench/cpuprofile-top.js).
+ * bench/cpuprofile-top.js). IOA_BENCH_NODE_FLAGS="--trace-gc ..." gives
+ * every child these node flags too.
  *
  * Run as a script it is the child: `cross-process.js --cross-process-child
  * <server|client> <module URL> <path>`.
@@ -42,11 +43,12 @@ function cpuNow () {
   return user + system
 }
 
-/** The node flags of a child: `--cpu-prof` into IOA_BENCH_PROF, when set */
+/** The node flags of a child: IOA_BENCH_NODE_FLAGS (space-separated, e.g. `--trace-gc`), and `--cpu-prof` into IOA_BENCH_PROF, when set */
 function profileFlags (name, role) {
+  const extra = (process.env.IOA_BENCH_NODE_FLAGS ?? '').split(' ').filter(f => f !== '')
   const dir = process.env.IOA_BENCH_PROF
-  if (dir == null || dir === '') return []
-  return ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${role}.cpuprofile`]
+  if (dir == null || dir === '') return extra
+  return [...extra, '--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${role}.cpuprofile`]
 }
 
 /** One child of a path: `request(cmd)` sends a command and resolves with its answer (rejects on `{ error }`) */

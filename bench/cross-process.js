@@ -103,7 +103,7 @@ export async function openCrossProcessPath (moduleUrl, name) {
   }
 }
 
-/** Sequential calls in one batch of the warm-up */
+/** Sequential calls in one batch of the warm-up (`profile.warmBatch` overrides) */
 const WARM_BATCH = 1_000
 /** A batch whose median RTT is this much below the best so far counts as still getting faster */
 const WARM_GAIN = 0.97
@@ -118,21 +118,23 @@ const WARM_GAIN = 0.97
  * `WARM_BATCH` sequential calls, each followed by `throughputWarmupMs` with
  * `depth` callers, until two batches in a row are no faster than
  * `WARM_GAIN` of its best median, at least `profile.rttWarmup` calls and
- * at most `profile.warmBatches` batches (default 12)
+ * at most `profile.warmBatches` batches (default 12); the progress line of
+ * each path says how many it took
  */
 export async function warmCrossProcess (paths, { profile, depth, progress }) {
   const { rttWarmup, throughputWarmupMs } = profile
   const maxBatches = profile.warmBatches ?? 12
-  progress(`warm-up: batches of ${WARM_BATCH} sequential calls and ${throughputWarmupMs} ms with ${depth} callers per path, until steady (at most ${maxBatches})`)
+  const batch = profile.warmBatch ?? WARM_BATCH
+  progress(`warm-up: batches of ${batch} sequential calls and ${throughputWarmupMs} ms with ${depth} callers per path, until steady (at most ${maxBatches})`)
   for (const p of paths) {
     let best = Infinity
     let flat = 0
     let calls = 0
     let batches = 0
     while (batches < maxBatches && (flat < 2 || calls < rttWarmup)) {
-      const { samples } = await p.phase({ cmd: 'sequential', count: WARM_BATCH })
+      const { samples } = await p.phase({ cmd: 'sequential', count: batch })
       await p.phase({ cmd: 'pipelined', depth, ms: throughputWarmupMs })
-      calls += WARM_BATCH
+      calls += batch
       batches++
       const m = percentile(samples.sort((a, b) => a - b), 50)
       if (m < best * WARM_GAIN) flat = 0

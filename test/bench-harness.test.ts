@@ -42,7 +42,7 @@ describe('cross-process benchmark harness', () => {
     const pids = paths.flatMap(p => [p.pids.server, p.pids.client])
     expect(new Set([...pids, process.pid]).size).toBe(5)
     const progress: string[] = []
-    const profile = { rttWarmup: 20, rttCount: 60, throughputWarmupMs: 50, throughputMs: 200, rounds: 2 }
+    const profile = { rttWarmup: 20, warmBatch: 20, warmBatches: 3, rttCount: 60, throughputWarmupMs: 50, throughputMs: 200, rounds: 2 }
     const m = await compareCrossProcess(paths, { profile, depth: 4, progress: (msg: string) => progress.push(msg) }) as Map<string, Record<string, number>>
     expect([...m.keys()]).toEqual(['net', 'libp2p-events'])
     for (const r of m.values()) {
@@ -53,6 +53,11 @@ describe('cross-process benchmark harness', () => {
       expect(r.cpuPerCallSequential).toBeGreaterThan(0)
     }
     expect(progress.some(l => l.startsWith('round trips'))).toBe(true)
+    // the warm-up ran batches until steady, at least the 20 calls of rttWarmup and at most 3 batches of 20
+    const warmed = progress.filter(l => /^ {2}\S+: \d+ calls in \d+ batches/.test(l)).map(l => Number(/(\d+) calls/.exec(l)?.[1]))
+    expect(warmed).toHaveLength(2)
+    for (const n of warmed) expect(n).toBeGreaterThanOrEqual(20)
+    for (const n of warmed) expect(n).toBeLessThanOrEqual(60)
     await Promise.all(open.splice(0).map(async p => p.close()))
     expect(pids.filter(alive)).toEqual([])
   })

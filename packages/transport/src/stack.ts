@@ -6,6 +6,11 @@
  * config, sign a delegation or print help never starts a node. Optional
  * pieces (WebSockets, the in-memory transport, gossipsub, mDNS, LevelDB) load only when
  * a node uses them. Each module is imported once per process.
+ *
+ * The root package.json's `overrides` keep one copy of uint8arraylist,
+ * uint8arrays and protons-runtime in the tree: Noise asks for older majors
+ * (the same JavaScript, older TypeScript types), and with its own copies it
+ * loaded about 50 more modules (multiformats 13 among them) when a node started.
  */
 import type { TransportKind } from './node.js'
 

@@ -54,6 +54,14 @@ const HttpServerConfig = z.object({
   requestTimeout: duration(100).optional(),
   /** An idle keep-alive connection closes after this, ms @default 5_000 */
   keepAliveTimeout: duration(100).optional(),
+  /** New login links held at once, the oldest goes first (spec/management.md 2.2) @default 8 */
+  maxLoginLinks: count(1_000).optional(),
+  /** Lifetime of a new login link, ms @default 600_000 */
+  loginLinkTtl: duration(1_000).optional(),
+  /** Longest time to expiry of a login-link request's leaf token (`ioa login --http`), ms @default 300_000 */
+  maxLoginProofTtl: duration(1_000).optional(),
+  /** Leaf tokens of login-link requests remembered as used (429 beyond) @default 1_024 */
+  maxUsedProofs: count(1_000_000).optional(),
   /** The dashboard's timeline limits @default the dashboard's */
   dashboard: DashboardLimits.optional()
 }).strict().superRefine((h, ctx) => {
@@ -109,9 +117,12 @@ export function managementOf (section: NonNullable<NodeConfig['management']>): I
   const { http, proofs, proofsFile: _, ...rest } = section
   const out: IoaManagementInit = { ...rest }
   if (http != null) {
-    const { listen, allowedHosts, dashboard, ...httpLimits } = httpServerOf(http)
+    const { listen, allowedHosts, dashboard, maxLoginProofTtl, maxUsedProofs, ...httpLimits } = httpServerOf(http)
     out.http = listen
     if (allowedHosts != null) out.allowedHosts = allowedHosts
+    if (maxLoginProofTtl != null || maxUsedProofs != null) {
+      out.loginLimits = { ...(maxLoginProofTtl != null ? { maxLoginProofTtl } : {}), ...(maxUsedProofs != null ? { maxUsedProofs } : {}) }
+    }
     if (Object.keys(httpLimits).length > 0) out.httpLimits = httpLimits
     if (dashboard != null) out.dashboard = dashboard
   }

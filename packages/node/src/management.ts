@@ -9,7 +9,7 @@ import type { IoaNode } from './ioa-node.js'
 import type { ExecutorEvent, Orchestrator, RelayEvent } from '@ioa/collab'
 import type { Interconnect } from '@ioa/interconnect'
 import type * as Management from '@ioa/management'
-import type { Dashboard, DashboardInit, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer, ManagementServerInit, Tracing, TracingInit } from '@ioa/management'
+import type { Dashboard, DashboardInit, LoginAuthority, ManagedNode as ProtocolNode, ManagementLayer, ManagementServer, ManagementServerInit, Tracing, TracingInit } from '@ioa/management'
 import type { Token } from '@ioa/collab'
 import type { TransportNodeInit } from '@ioa/transport'
 import type { Logger } from '@libp2p/interface'
@@ -42,7 +42,15 @@ export interface IoaManagementInit {
    *
    * @default the server's (`HTTP_DEFAULTS` of @ioa/management)
    */
-  httpLimits?: Pick<ManagementServerInit, 'maxConnections' | 'maxConnectionsPerAddress' | 'maxRequestBytes' | 'maxHeaderBytes' | 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout'>
+  httpLimits?: Pick<ManagementServerInit, 'maxConnections' | 'maxConnectionsPerAddress' | 'maxRequestBytes' | 'maxHeaderBytes' | 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout' | 'maxLoginLinks' | 'loginLinkTtl'>
+  /**
+   * Limits of a login-link request made with a chain from the operator's key
+   * (`ioa login --http`, spec/management.md 2.2): the longest time to expiry
+   * of its leaf token, leaves remembered as used
+   *
+   * @default the server's (300_000 ms, 1_024)
+   */
+  loginLimits?: Pick<LoginAuthority, 'maxLoginProofTtl' | 'maxUsedProofs'>
   /**
    * Limits of the dashboard's timeline (spec/management.md 2.5): entries
    * held, entries per answer, longest wait, readers waiting at once
@@ -149,6 +157,7 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
         allowedHosts: init.allowedHosts,
         // `ioa login`: a new login link for a chain from the operator's key (spec/management.md 2.2)
         loginAuthority: {
+          ...init.loginLimits,
           node: node.nodeIdentity.did,
           ...(init.operator != null ? { operator: init.operator } : {}),
           ...(node.revocationStore != null ? { isRevoked: async (cid, issuers) => await node.revocationStore?.isRevoked(cid, issuers) ?? false } : {})

@@ -9,8 +9,9 @@
  */
 import { delegate } from '@ioa/collab'
 import { encodeToken } from '@ioa/collab/wire'
+import { createIdentity } from '@ioa/interconnect'
 import { describe, expect, it } from 'vitest'
-import { createIoaNode } from '../src/index.js'
+import { createIoaNode, initFromConfig, parseConfig } from '../src/index.js'
 import { ioa, keyFile } from './fixtures/cli-process.js'
 import { scratch } from './fixtures/scratch.js'
 
@@ -84,4 +85,29 @@ describe('ioa login', () => {
     expect(byToken.status).toBe(200)
     expect((await open(byToken.body.login)).status).toBe(303)
   }, 180_000)
+
+  it('takes the login-link limits from the config file (management.http): a link\'s lifetime, a leaf\'s longest time to expiry', async () => {
+    const operator = await createIdentity()
+    const config = parseConfig({ management: { operator: operator.did, http: { listen: '127.0.0.1:0', loginLinkTtl: 45_000, maxLoginProofTtl: 20_000 } } })
+    const node = await createIoaNode(initFromConfig(config))
+    nodes.push(node)
+    const http = node.management?.http
+    const url = http?.url as string
+    const post = async (body: string): Promise<{ status: number, body: any }> => {
+      const res = await fetch(`${url}/api/v1/login-link`, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+      return { status: res.status, body: await res.json() }
+    }
+    const proof = async (ttl: number): Promise<string> => {
+      const leaf = await delegate(operator, { audience: node.nodeIdentity.did, capabilities: [{ skill: 'ioa.manage.login' }], expiresAt: Date.now() + ttl })
+      return JSON.stringify({ proofs: [Buffer.from(encodeToken(leaf)).toString('base64url')] })
+    }
+    // a 60 s leaf is within the default 5 min, not within the config's 20 s
+    expect(await post(await proof(60_000))).toMatchObject({ status: 401, body: { error: { code: 'LOGIN_PROOF_TOO_LONG' } } })
+    const t0 = Date.now()
+    const ok = await post(await proof(15_000))
+    expect(ok.status).toBe(200)
+    // the new link lives the config's 45 s, not the default 10 min
+    expect(ok.body.expiresAt).toBeGreaterThanOrEqual(t0 + 45_000 - 1_000)
+    expect(ok.body.expiresAt).toBeLessThanOrEqual(Date.now() + 45_000 + 1_000)
+  }, 60_000)
 })

@@ -54,6 +54,10 @@ describe('the management section of the config', () => {
       [{ http: { maxConnections: 4 } }, 'management.http.listen', /./],
       [{ http: { listen: '127.0.0.1:0', port: 1 } }, 'management.http', /unknown field "port"/],
       [{ http: { listen: '127.0.0.1:0', maxConnectionsPerAddress: 0 } }, 'management.http.maxConnectionsPerAddress', /./],
+      [{ http: { listen: '127.0.0.1:0', maxLoginLinks: 0 } }, 'management.http.maxLoginLinks', /./],
+      [{ http: { listen: '127.0.0.1:0', loginLinkTtl: 2 ** 31 } }, 'management.http.loginLinkTtl', /./],
+      [{ http: { listen: '127.0.0.1:0', maxLoginProofTtl: 10 } }, 'management.http.maxLoginProofTtl', /./],
+      [{ http: { listen: '127.0.0.1:0', maxUsedProofs: 1.5 } }, 'management.http.maxUsedProofs', /./],
       [{ http: { listen: '127.0.0.1:0', maxHeaderBytes: 100 } }, 'management.http.maxHeaderBytes', /1024/],
       [{ http: { listen: '127.0.0.1:0', headersTimeout: 40_000 } }, 'management.http.headersTimeout', /at most requestTimeout \(30000 ms\)/],
       [{ http: { listen: '127.0.0.1:0', headersTimeout: 5_000, requestTimeout: 4_000 } }, 'management.http.headersTimeout', /at most requestTimeout/],
@@ -84,12 +88,17 @@ describe('the management section of the config', () => {
       headersTimeout: 1000,
       requestTimeout: 2000,
       keepAliveTimeout: 500,
+      maxLoginLinks: 3,
+      loginLinkTtl: 60_000,
+      maxLoginProofTtl: 120_000,
+      maxUsedProofs: 16,
       dashboard: { maxEvents: 50, maxBatch: 10, maxWait: 1000, maxWaits: 2 }
     }
     expect(initFromConfig(parseConfig({ management: { http } })).management).toEqual({
       http: '127.0.0.1:0',
       allowedHosts: ['metrics.internal'],
-      httpLimits: { maxConnections: 8, maxConnectionsPerAddress: 2, maxRequestBytes: 4096, maxHeaderBytes: 2048, headersTimeout: 1000, requestTimeout: 2000, keepAliveTimeout: 500 },
+      httpLimits: { maxConnections: 8, maxConnectionsPerAddress: 2, maxRequestBytes: 4096, maxHeaderBytes: 2048, headersTimeout: 1000, requestTimeout: 2000, keepAliveTimeout: 500, maxLoginLinks: 3, loginLinkTtl: 60_000 },
+      loginLimits: { maxLoginProofTtl: 120_000, maxUsedProofs: 16 },
       dashboard: { maxEvents: 50, maxBatch: 10, maxWait: 1000, maxWaits: 2 }
     })
     expect(initFromConfig(parseConfig({ management: { http: { listen: '[::1]:9464' } } })).management).toEqual({ http: '[::1]:9464' })

@@ -29,7 +29,7 @@ import { createOrchestrator, createTaskService, delegate } from '@ioa/collab'
 import { criticalPath } from '@ioa/collab/wire'
 import { benchChainVerify } from './collab-chain.js'
 import { benchReplayCache } from './collab-replay.js'
-import { row } from './measure.js'
+import { row, untilSteady } from './measure.js'
 
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 
@@ -100,29 +100,6 @@ async function waitDiscoverable (ic, capability, n) {
   }, 60_000, `discovery of ${n} providers of ${capability}`)
 }
 
-/**
- * Run each of `fns` (each resolves with its ms per subtask) in turns until
- * every one has had 3 runs in a row no faster than 0.97 of its best (at
- * least 5 runs, at most `maxRuns`); resolves with the runs made. The task
- * path's code is optimised by V8 only after thousands of calls (session 15:
- * a fixed warm-up of 5 plans measured it at about twice its steady cost)
- */
-async function warmUntilSteady (fns, { maxRuns }) {
-  const best = fns.map(() => Infinity)
-  const flat = fns.map(() => 0)
-  let runs = 0
-  while (runs < maxRuns && (runs < 5 || flat.some(f => f < 3))) {
-    for (let k = 0; k < fns.length; k++) {
-      const ms = await fns[k]()
-      if (ms < best[k] * 0.97) flat[k] = 0
-      else flat[k]++
-      best[k] = Math.min(best[k], ms)
-    }
-    runs++
-  }
-  return runs
-}
-
 /** The same work for both paths */
 const work = (input) => ({ n: (input?.n ?? 0) + 1 })
 
@@ -187,8 +164,9 @@ export const orchestrationGroup = {
       }
 
       progress('warm-up (discovery, routes, connections, JIT) until every path is steady')
-      const warm = await warmUntilSteady([orchestrated, tasks, direct], { maxRuns: quick ? 8 : 40 })
-      progress(`warm-up: ${warm} runs of each path`)
+      // every path until 3 runs in a row are no faster (measure.js untilSteady)
+      const warm = await untilSteady([orchestrated, tasks, direct], { flat: 3, minRuns: 5, maxRuns: quick ? 8 : 40 })
+      progress(`warm-up: ${warm.runs} runs of each path`)
       const d = []
       const t = []
       const r = []

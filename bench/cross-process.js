@@ -31,7 +31,7 @@
 import { createInterface } from 'node:readline'
 import { pathToFileURL } from 'node:url'
 import { startChild } from './child.js'
-import { percentile, pipelined, rotate } from './measure.js'
+import { percentile, pipelined, rotate, untilSteady } from './measure.js'
 
 const CHILD_FLAG = '--cross-process-child'
 /** Longest start of a child (its imports, a node, an announcement), ms */
@@ -105,21 +105,14 @@ export async function openCrossProcessPath (moduleUrl, name) {
 
 /** Sequential calls in one batch of the warm-up (`profile.warmBatch` overrides) */
 const WARM_BATCH = 1_000
-/** A batch whose median RTT is this much below the best so far counts as still getting faster */
-const WARM_GAIN = 0.97
 
 /**
- * Warm every path of `paths` until it is steady, not for a fixed count:
- * the task path's code keeps getting faster for thousands of calls (V8
- * optimises its many functions late, the heap grows to its working size),
- * while a bare stream is warm after a few hundred; a fixed warm-up of 500
- * calls measured the task path at about twice its steady cost (session 15:
- * 0.78 ms after 500 calls, 0.38 ms after 5,000). Each path runs batches of
- * `WARM_BATCH` sequential calls, each followed by `throughputWarmupMs` with
- * `depth` callers, until two batches in a row are no faster than
- * `WARM_GAIN` of its best median, at least `profile.rttWarmup` calls and
- * at most `profile.warmBatches` batches (default 12); the progress line of
- * each path says how many it took
+ * Warm every path of `paths` until it is steady (measure.js `untilSteady`):
+ * batches of `WARM_BATCH` sequential calls, each followed by
+ * `throughputWarmupMs` with `depth` callers, until two batches in a row
+ * have a median RTT no better than 0.97 of the path's best, at least
+ * `profile.rttWarmup` calls and at most `profile.warmBatches` batches
+ * (default 12); the progress line of each path says how many it took
  */
 export async function warmCrossProcess (paths, { profile, depth, progress }) {
   const { rttWarmup, throughputWarmupMs } = profile
@@ -127,21 +120,13 @@ export async function warmCrossProcess (paths, { profile, depth, progress }) {
   const batch = profile.warmBatch ?? WARM_BATCH
   progress(`warm-up: batches of ${batch} sequential calls and ${throughputWarmupMs} ms with ${depth} callers per path, until steady (at most ${maxBatches})`)
   for (const p of paths) {
-    let best = Infinity
-    let flat = 0
-    let calls = 0
-    let batches = 0
-    while (batches < maxBatches && (flat < 2 || calls < rttWarmup)) {
+    const batchMedian = async () => {
       const { samples } = await p.phase({ cmd: 'sequential', count: batch })
       await p.phase({ cmd: 'pipelined', depth, ms: throughputWarmupMs })
-      calls += batch
-      batches++
-      const m = percentile(samples.sort((a, b) => a - b), 50)
-      if (m < best * WARM_GAIN) flat = 0
-      else flat++
-      best = Math.min(best, m)
+      return percentile(samples.sort((a, b) => a - b), 50)
     }
-    progress(`  ${p.name}: ${calls} calls in ${batches} batches, best batch median ${best.toFixed(3)} ms`)
+    const { runs, best } = await untilSteady([batchMedian], { flat: 2, minRuns: Math.ceil(rttWarmup / batch), maxRuns: maxBatches })
+    progress(`  ${p.name}: ${runs * batch} calls in ${runs} batches, best batch median ${best[0].toFixed(3)} ms`)
   }
 }
 

@@ -48,3 +48,28 @@ export function row (name, value, unit, baseline, target) {
 export function median (xs) {
   return percentile([...xs].sort((a, b) => a - b), 50)
 }
+
+/**
+ * Warm-up until steady, not for a fixed count: run each of `fns` (each
+ * resolves with one figure of its path, less is better: ms per call) in
+ * turns until every one has had `flat` runs in a row no better than `gain`
+ * of its best, after at least `minRuns` and at most `maxRuns` turns.
+ * Resolves with the turns made and each path's best figure. The task path's
+ * code is optimised by V8 only after thousands of calls (session 15: 0.78 ms
+ * after 500 calls, 0.38 ms after 5,000), a bare stream after a few hundred,
+ * so a fixed warm-up measured the task path half-optimised
+ */
+export async function untilSteady (fns, { flat, minRuns, maxRuns, gain = 0.97 }) {
+  const best = fns.map(() => Infinity)
+  const flatRuns = fns.map(() => 0)
+  let runs = 0
+  while (runs < maxRuns && (runs < minRuns || flatRuns.some(f => f < flat))) {
+    for (let k = 0; k < fns.length; k++) {
+      const figure = await fns[k]()
+      flatRuns[k] = figure < best[k] * gain ? 0 : flatRuns[k] + 1
+      best[k] = Math.min(best[k], figure)
+    }
+    runs++
+  }
+  return { runs, best }
+}

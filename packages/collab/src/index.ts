@@ -48,7 +48,7 @@ export type { ExecutorEvent, ExecutorTaskInfo, CallOptions } from './tasks/api.j
 export { isTerminal, InvalidTransitionError, TaskLimitError } from './tasks/model.js'
 export type { TaskState, TaskSnapshot, TaskError, TaskAuth, TaskLimits } from './tasks/model.js'
 export { createTaskService, taskService, LeaseLapsedError } from './tasks/service.js'
-export type { TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TraceContext } from './tasks/service.js'
+export type { AcceptedSubmit, TaskService, TaskServiceInit, TaskServiceComponents, TaskRequest, TaskEvent, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TraceContext } from './tasks/service.js'
 export type { TaskRetentionInit } from './tasks/retention.js'
 // issue 16: the tracing facade the layer's spans go through (spec/management.md 3); `@ioa/management` implements it with OpenTelemetry
 export { traceMcpClient, MAX_TOOL_NAME } from './tool-span.js'

@@ -13,6 +13,7 @@ import { defaultLogger } from '@libp2p/logger'
 import { openNodeStore } from './data-dir.js'
 import { LayerError } from './errors.js'
 import { TaskEvents } from './events.js'
+import { HeldTokens } from './held-tokens.js'
 import { closeOwned, startGateway } from './gateway.js'
 import { nodeKeyOption, openKeyStore } from './keystore.js'
 import { Layers } from './layers.js'
@@ -284,6 +285,14 @@ export interface IoaNode {
   /** Ask agent `to` to run a task, as a hosted agent; streams its events until the end */
   submit(from: HostedAgent, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined>
   /**
+   * The delegation tokens the node's agents rely on: those of the chains of
+   * their submits (`submit`, a handler's `ctx.call`, an orchestrator's steps)
+   * that an executor accepted, not yet expired, soonest to expire first; at
+   * most 64 (past that, the soonest to expire are dropped). The node's
+   * management snapshot lists them in `proofs` (spec/management.md 1.2)
+   */
+  heldTokens(): readonly Token[]
+  /**
    * An orchestrator acting as a hosted agent, journaling in the node's
    * datastore; stopped with the node
    */
@@ -336,6 +345,7 @@ class DefaultIoaNode implements IoaNode {
     private readonly closeStore: () => Promise<void>,
     readonly keyStore: KeyStoreStatus,
     events: TaskEvents,
+    private readonly held: HeldTokens,
     nodeKey?: PrivateKey
   ) {
     this.nodeIdentity = nodeIdentityOf(transport, nodeKey)
@@ -365,6 +375,10 @@ class DefaultIoaNode implements IoaNode {
 
   submit (from: HostedAgent, to: Did, request: TaskRequest, options?: SubmitOptions): AsyncGenerator<TaskEvent, void, undefined> {
     return this.tasks.submit(from.identity, to, request, options)
+  }
+
+  heldTokens (): readonly Token[] {
+    return this.held.list()
   }
 
   orchestrator (agent: HostedAgent, init: Omit<OrchestratorInit, 'ic' | 'tasks' | 'agent'> = {}): Orchestrator {
@@ -491,6 +505,8 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     const revocations = await createRevocationService(transport, revocationStore, init.revocations)
     const events = new TaskEvents(transport.logger.forComponent('ioa:node'))
     const onEvent = init.tasks?.onEvent
+    const onAccepted = init.tasks?.onAccepted
+    const held = new HeldTokens(transport.logger.forComponent('ioa:node:held-tokens'))
     const tracer = management?.tracing?.tracer
     const tasks = createTaskService(interconnect, {
       ...(tracer != null ? { tracer } : {}),
@@ -498,6 +514,11 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
       onEvent: e => {
         events.emit(e)
         onEvent?.(e)
+      },
+      // the chains the node's agents rely on, for the management snapshot's `proofs`
+      onAccepted: s => {
+        held.record(s.proofs)
+        onAccepted?.(s)
       },
       datastore,
       isRevoked: (cid, issuers) => revocationStore.isRevoked(cid, issuers)
@@ -509,7 +530,7 @@ export async function createIoaNode (init: IoaNodeInit = {}): Promise<IoaNode> {
     })
     const assignments = createAssignmentService({ logger: transport.logger, teams, tasks, interconnect }, init.assignments)
     const keyStore = { encrypted: keys != null, openedIn: keys?.openedIn ?? 0, migrated: keys?.migrated ?? 0 }
-    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, nodeKeyOption(keys, nodeKey).privateKey)
+    const node = new DefaultIoaNode(transport, interconnect, tasks, teams, assignments, revocations, revocationStore, datastore, closeStore, keyStore, events, held, nodeKeyOption(keys, nodeKey).privateKey)
     if (tracer != null) node.tracer = tracer
     const log = transport.logger.forComponent('ioa:node')
     try {

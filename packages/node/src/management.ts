@@ -69,6 +69,14 @@ export interface IoaManagementInit {
    * @default []
    */
   proofs?: Token[]
+  /**
+   * More tokens the node holds, listed in its snapshot's `proofs` besides
+   * the grant (`proofs`) and the tokens of its agents' accepted submits
+   * (`IoaNode.heldTokens`, always listed); read at each snapshot
+   *
+   * @default none
+   */
+  heldTokens?: () => readonly Token[]
   /** The operator's did:key @default undefined */
   operator?: string
   /**
@@ -143,7 +151,12 @@ export async function startManagement (p: PreparedManagement, node: ManagedNode 
   let dashboard: Dashboard | undefined
   try {
     if (init.operator != null || init.role === 'agent') {
-      plane = p.module.createManagement({ operator: init.operator, role: init.role ?? 'node', ...(init.proofs != null ? { topology: { proofs: init.proofs } } : {}) })
+      plane = p.module.createManagement({
+        operator: init.operator,
+        role: init.role ?? 'node',
+        ...(init.heldTokens != null ? { heldTokens: init.heldTokens } : {}),
+        ...(init.proofs != null ? { topology: { proofs: init.proofs } } : {})
+      })
       await plane.start(node)
       log('management protocol served (role %s)', init.role ?? 'node')
     }

@@ -209,6 +209,18 @@ export interface TaskServiceComponents {
   interconnect: Pick<Interconnect, 'agents' | 'resolve' | 'observe'> & Partial<Pick<Interconnect, 'discoverAll'>>
 }
 
+/** A submit of this node's that its executor accepted (`TaskServiceInit.onAccepted`) */
+export interface AcceptedSubmit {
+  /** The sending agent */
+  from: Did
+  /** The executing agent */
+  to: Did
+  skill: string
+  taskId: string
+  /** The request's delegation chain, leaf first */
+  proofs: readonly Token[]
+}
+
 export interface TaskServiceInit {
   /**
    * Where the service's spans go (`invoke_agent {skill}` and handlers'
@@ -225,6 +237,17 @@ export interface TaskServiceInit {
    * @default undefined
    */
   onEvent?: (event: ExecutorEvent) => void
+  /**
+   * Requester side: told once per submit of this service (`submit`,
+   * `submitAndWait`, a handler's `ctx.call`, an orchestrator's steps) when
+   * its executor accepted it, that is when its first event came: so the
+   * chain it names verified there. A node lists these tokens in its
+   * management snapshot's `proofs` (spec/management.md 1.2). A listener
+   * that throws is logged and ignored
+   *
+   * @default undefined
+   */
+  onAccepted?: (submit: AcceptedSubmit) => void
   /** Task snapshots and idempotency keys @default an in-memory datastore */
   datastore?: Datastore
   /** Call-time policy for every served skill */

@@ -25,7 +25,7 @@ import { endSpanWithError, endTaskSpan, extractTrace, injectTrace, tracerOf } fr
 import { startResubscribeClient, tracedResubscribe } from './resubscribe-span.js'
 import type { IoaTracer } from '../tracing.js'
 import { positiveInteger } from '../options.js'
-import type { SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
+import type { AcceptedSubmit, SubmitOptions, TaskEvent, TaskRequest, TaskServiceComponents, TaskServiceInit } from './api.js'
 import type { TaskExecutor } from './executor.js'
 import type { LeaseWatchHost } from './lease-watch.js'
 import type { EventSource } from './event-source.js'
@@ -70,6 +70,8 @@ export class TaskRequester implements LeaseWatchHost {
   private readonly auth: AuthMode
   /** Session bindings of this node's agents at executor peers */
   private readonly sessions: SessionClient
+  /** Told of each submit its executor accepted (`TaskServiceInit.onAccepted`) */
+  private readonly onAccepted?: (submit: AcceptedSubmit) => void
 
   constructor (components: TaskServiceComponents, executor: TaskExecutor, init: TaskServiceInit = {}) {
     this.components = components
@@ -84,6 +86,7 @@ export class TaskRequester implements LeaseWatchHost {
     // as many peers as routes at most
     this.peerIds = new BoundedMap({ maxEntries: maxRoutes })
     this.auth = init.auth ?? 'session'
+    this.onAccepted = init.onAccepted
     if (this.auth !== 'session' && this.auth !== 'envelope') throw new RangeError('auth must be session or envelope')
     this.sessions = new SessionClient(init.sessionClient ?? {}, async (peer, method, payload, signal) => {
       return await this.components.messaging.request(this.peerId(peer), TASK_PROTOCOL_V2, method, payload, { signal, timeout: this.requestTimeout })
@@ -304,9 +307,14 @@ export class TaskRequester implements LeaseWatchHost {
     const trace = injectTrace(span, given)
     let last: TaskSnapshot | undefined
     let failed = false
+    let accepted = false
     try {
       for await (const e of this.submitTraced(identity, to, taskId, request, options, body, bodyBytes, deadline, ttl, trace)) {
         if (e.type === 'status' || e.type === 'artifact') last = e.task
+        if (!accepted) {
+          accepted = true
+          this.accepted({ from: identity.did, to, skill: request.skill, taskId, proofs: request.proofs })
+        }
         yield e
       }
     } catch (err) {
@@ -316,6 +324,17 @@ export class TaskRequester implements LeaseWatchHost {
     } finally {
       // (also when the caller stops iterating: the span ends with the last state seen)
       if (!failed) endTaskSpan(span, last?.state, last?.error?.code, last?.error?.message)
+    }
+  }
+
+  /** Tell `init.onAccepted` of a submit its executor accepted */
+  private accepted (submit: AcceptedSubmit): void {
+    if (this.onAccepted == null) return
+    try {
+      this.onAccepted(submit)
+    } catch (err) {
+      // the listener's failure is its own: the task goes on
+      this.log.error('an accepted-submit listener failed: %e', err)
     }
   }
 

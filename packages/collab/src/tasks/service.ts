@@ -26,7 +26,7 @@ export type { TraceContext } from './wire-v2.js'
 export { LeaseLapsedError } from './lease-watch.js'
 export { taskFailure } from './requester.js'
 export type {
-  TaskEvent, TaskRequest, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TaskServiceInit, TaskService,
+  AcceptedSubmit, TaskEvent, TaskRequest, TaskScope, SubmitOptions, SkillContext, SkillHandler, ServeOptions, TaskServiceInit, TaskService,
   TaskServiceComponents
 } from './api.js'
 

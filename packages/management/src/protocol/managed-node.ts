@@ -5,7 +5,7 @@
 import * as dagCbor from '@ipld/dag-cbor'
 import { SNAPSHOT_LIMITS, SNAPSHOT_SIG_PREFIX, SNAPSHOT_VERSION } from './snapshot.js'
 import type { SnapshotConnection, SnapshotPayload, SnapshotProof } from './snapshot.js'
-import type { ExecutorEvent, RevocationStore } from '@ioa/collab'
+import type { ExecutorEvent, RevocationStore, Token } from '@ioa/collab'
 import type { Did, Gateway, GatewayExportedEvent, Identity, Interconnect } from '@ioa/interconnect'
 import type { TransportNode } from '@ioa/transport'
 import type { ComponentLogger } from '@libp2p/interface'
@@ -24,6 +24,12 @@ export interface ManagedNode {
   readonly gateway?: { readonly inner: { readonly peerId: { toString(): string } }, readonly gateway: Pick<Gateway, 'exported' | 'domain'>, addresses(): string[] }
   /** Revocations checked on every management chain */
   readonly revocationStore?: Pick<RevocationStore, 'isRevoked'>
+  /**
+   * The tokens the node's agents rely on (an IoaNode's: the chains of
+   * their accepted submits), listed in the snapshot's `proofs` with the
+   * protocol's `heldTokens`; read at each snapshot
+   */
+  heldTokens?(): readonly Token[]
 }
 
 /** Counts of served tasks, kept from the node's task events */

@@ -89,10 +89,11 @@ export interface ManagementProtocolInit {
    * The tokens this node holds and relies on (a management agent's grant,
    * its agents' delegations): their CID, expiry, audience and issuer (never
    * the tokens) go into the snapshot's `proofs`, so that a doctor can warn
-   * before they expire. Read at each snapshot; at most 64 are listed
-   * (soonest to expire first)
+   * before they expire. Read at each snapshot, merged with the node's own
+   * (`ManagedNode.heldTokens`: an IoaNode's agents' accepted chains), no
+   * CID twice; at most 64 are listed (soonest to expire first)
    *
-   * @default none (a management layer adds its topology's grant)
+   * @default none (a management layer adds its topology's grant; the node adds its agents' tokens)
    */
   heldTokens?: () => readonly Token[]
 }
@@ -216,7 +217,7 @@ export class ManagementProtocol {
 
   /** The snapshot entries of the tokens the node holds now */
   private async heldProofs (): Promise<SnapshotProof[]> {
-    const held = this.settings.heldTokens?.() ?? []
+    const held = [...(this.settings.heldTokens?.() ?? []), ...(this.node.heldTokens?.() ?? [])]
     const out: SnapshotProof[] = []
     for (const t of held) {
       let entry = this.proofEntries.get(t)

@@ -366,8 +366,9 @@ function verdict (row) {
 function formatValue (value, unit) {
   if (value == null) return '-'
   if (unit === 'msg/s') return `${Math.round(value).toLocaleString('en-US')} msg/s`
-  if (unit !== 'ms') return `${value.toFixed(1)} ${unit}`
-  return `${value.toFixed(3)} ms`
+  // ms and ratios ('x', e.g. the management group's round ratios, whose targets are a few per cent) to the thousandth
+  if (unit !== 'ms' && unit !== 'x') return `${value.toFixed(1)} ${unit}`
+  return `${value.toFixed(3)} ${unit}`
 }
 
 /**
@@ -423,7 +424,7 @@ function targetSummary (results) {
     for (const row of rows) {
       const v = verdict(row)
       if (v != null) {
-        lines.push(`  ${v.pass ? 'pass' : 'FAIL'}  ${row.name} ${row.target.maxValue != null || row.target.minValue != null ? `${row.value.toFixed(1)} ${row.unit}` : `ratio ${row.ratio.toFixed(2)}x`}, target ${v.text}`)
+        lines.push(`  ${v.pass ? 'pass' : 'FAIL'}  ${row.name} ${row.target.maxValue != null || row.target.minValue != null ? formatValue(row.value, row.unit) : `ratio ${row.ratio.toFixed(2)}x`}, target ${v.text}`)
       }
     }
   }

@@ -8,6 +8,7 @@
  * through the gateway, with its exported skill only, and its node cannot be
  * reached directly. Run it with `npm run build && npx tsx examples/gateway.ts`.
  */
+import { anySignal } from 'any-signal'
 import { createGateway, createInterconnect } from '@ioa/interconnect'
 import { createTransportNode, generateDomainKey } from '@ioa/transport'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -115,7 +116,7 @@ export async function main ({ signal = AbortSignal.timeout(60_000) } = {}): Prom
       const answer = await travellerIc.send(hotel.did, { nights: 1 }, { skill: 'travel.hotel.booking', signal })
       const refused = await travellerIc.send(hotel.did, {}, { skill: 'travel.hotel.pricing', signal })
         .then(() => 'answered', (err: { code?: string }) => err.code ?? 'no code')
-      const direct = await travellerNode.services.ping.ping(hotelNode.getMultiaddrs(), { signal: AbortSignal.any([signal, AbortSignal.timeout(3_000)]) })
+      const direct = await travellerNode.services.ping.ping(hotelNode.getMultiaddrs(), { signal: anySignal([signal, AbortSignal.timeout(3_000)]) })
         .then(() => 'reached', (err: Error) => err.name)
       return { found, gatewayPeer: outerNode.peerId.toString(), answer, refused, direct }
     } finally {

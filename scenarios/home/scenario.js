@@ -10,6 +10,7 @@
 // takes over. The arm task's result is the report the checks look at. Four
 // seconds after the freeze R1 resumes (SIGCONT) and must stand by: it knows
 // it was out for longer than its lapse window.
+import { anySignal } from 'any-signal'
 import { delegate } from '@ioa/collab'
 import { sleep } from './agents/shared.js'
 
@@ -126,7 +127,8 @@ export default {
     const drone = ctx.node('drone')
     const identity = ctx.driver.identity
     // the whole run, whatever happens
-    const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(RUN_BUDGET)])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([ctx.signal, AbortSignal.timeout(RUN_BUDGET)])
     const left = () => Math.max(1, t0 + RUN_BUDGET - Date.now())
     let frozenAt
     let resumedAt

@@ -4,6 +4,7 @@
 // phone), prints one merged timeline, checks the outcomes and stops
 // everything. Each scenario is a module `scenarios/<name>/scenario.js`
 // (contract: scenarios/README.md).
+import { anySignal } from 'any-signal'
 import { spawn } from 'node:child_process'
 import { createWriteStream } from 'node:fs'
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
@@ -32,7 +33,8 @@ const OTLP = process.env.IOA_DEMO_OTLP != null && process.env.IOA_DEMO_OTLP !== 
 const LOG_DIR = process.env.IOA_DEMO_LOGS != null && process.env.IOA_DEMO_LOGS !== '' ? resolve(process.env.IOA_DEMO_LOGS) : undefined
 
 function timeoutSignal (ms, outer) {
-  return outer != null ? AbortSignal.any([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
+  // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+  return outer != null ? anySignal([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
 }
 
 /** One `ioa start --json` process */

@@ -6,6 +6,8 @@
  * request replayed from another peer, a forged request signature, too many
  * watchers from one peer. And the `watch-vectors` of section 12.
  */
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { afterEach, describe, expect, it } from 'vitest'
 import * as dagCbor from '@ipld/dag-cbor'
 import { identityFromPrivateKey } from '@ioa/interconnect'
@@ -119,6 +121,32 @@ describe('team watch', () => {
     const last = items.filter(i => 'entry' in i).at(-1) as { entry: { msg: { payload: { type: string } } } }
     expect(last.entry.msg.payload.type).toBe('conclude')
     expect(entries()).toEqual([1, 2, 3, 4])
+  })
+
+  it('beats keep coming while garbage collections run (the wait for an entry is not lost with its timeout signal)', async () => {
+    // on Node 20 AbortSignal.any([s, AbortSignal.timeout(ms)]) never aborts once a GC collected the timeout signal
+    // (nodejs/node#57736): a watch that waited on such a signal sent no beat after a GC, and its watcher timed out
+    setFlagsFromString('--expose-gc')
+    const gc = runInNewContext('gc') as () => void
+    const peers = await startTeamPeers(closers, 2)
+    const team = await formTeam(peers)
+    const outsider = await startTeamPeer(closers, { name: 'watcher', dial: peers[0].node })
+    const watcher = await createIdentity()
+    const token = await watchToken(peers[1].agent.identity, watcher, team.id)
+    const items: WatchItem[] = []
+    const controller = new AbortController()
+    const done = drain(watchTeam(outsider.node.services.messaging, outsider.node.peerId, peers[0].node.peerId, { team: team.id, identity: watcher, proofs: [token] }, { timeout: 5_000, signal: controller.signal }), items)
+    await until(() => items.some(i => 'beat' in i) || undefined, { timeout: 20_000, what: 'the first beat' })
+    const beats = (): number => items.filter(i => 'beat' in i).length
+    const before = beats()
+    // a collection every 50 ms for 2 s (the fixture's heartbeat is 300 ms): the beats go on
+    for (let i = 0; i < 40; i++) {
+      gc()
+      await new Promise(resolve => setTimeout(resolve, 50))
+    }
+    expect(beats() - before).toBeGreaterThanOrEqual(3)
+    controller.abort()
+    await done
   })
 
   it('the watch ends when the member whose token it holds leaves the team', async () => {

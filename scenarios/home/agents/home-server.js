@@ -17,6 +17,7 @@
 // ./camera-mcp-server.js), cameras (ids checked when arming), confirmThreshold
 // (default 0.8), minPatrols (robots to wait for when arming, default 2),
 // discoveryWaitMs (default 8000). Paths are relative to scenarios/home.
+import { anySignal } from 'any-signal'
 import { capabilityFor, createRevocation } from '@ioa/collab'
 import { z } from 'zod'
 import { CameraTools } from './camera-tools.js'
@@ -486,7 +487,8 @@ class Session {
     const { node, agent } = this.env
     if (!this.droneAllowed) throw new HomeSecurityError('UNAUTHORIZED', `The homeowner's delegation does not cover ${DRONE}`)
     const deadlineAt = Math.min(incident.deadlineAt, this.ctx.deadline ?? Infinity)
-    const signal = AbortSignal.any([alertSignal, this.signal, AbortSignal.timeout(Math.max(1, deadlineAt - Date.now() + 1_000))])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([alertSignal, this.signal, AbortSignal.timeout(Math.max(1, deadlineAt - Date.now() + 1_000))])
     const searched = Date.now()
     let drones = []
     for (let attempt = 0; drones.length === 0; attempt++) {

@@ -5,6 +5,7 @@
  * whose outcome became unknown, and the cancel of subtasks a step no longer
  * needs (spec/collab-orchestration.md).
  */
+import { anySignal } from 'any-signal'
 import delay from 'delay'
 import { StreamClosedError, isUnreached } from '@ioa/transport'
 import { capabilityFor, delegate, tokenCid } from '../auth/delegation.js'
@@ -248,7 +249,17 @@ export class SubtaskRunner {
    * canceled (unless it completes first); no answer: `unreachable`.
    */
   private async confirm (attempt: AttemptRecord, outer: AbortSignal): Promise<{ state: AttemptState, result?: unknown }> {
-    const signal = AbortSignal.any([outer, AbortSignal.timeout(this.ctx.confirmTimeout)])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([outer, AbortSignal.timeout(this.ctx.confirmTimeout)])
+    try {
+      return await this.confirmWithin(attempt, signal)
+    } finally {
+      signal.clear()
+    }
+  }
+
+  /** `confirm` within `signal` */
+  private async confirmWithin (attempt: AttemptRecord, signal: AbortSignal): Promise<{ state: AttemptState, result?: unknown }> {
     let snap: TaskSnapshot
     try {
       snap = await this.ctx.tasks.get(attempt.provider, attempt.taskId, { signal })

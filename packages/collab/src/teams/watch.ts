@@ -7,6 +7,7 @@
  * ends with the chain's expiry, the conversation's end, or the team leaving
  * the node.
  */
+import { anySignal } from 'any-signal'
 import { InvalidSignatureError, PrincipalMismatchError, TokenExpiredError, UnauthorizedError } from '../errors.js'
 import { capabilityCovers, decodeToken, encodeToken, verifyChain } from '../auth/delegation.js'
 import { isMap } from '../shape.js'
@@ -133,13 +134,18 @@ export class TeamWatchers {
         if (entry.msg.payload.type === 'conclude') return
         continue
       }
-      const wait = AbortSignal.any([signal, AbortSignal.timeout(heartbeat)])
+      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+      const wait = anySignal([signal, AbortSignal.timeout(heartbeat)])
+      let beat = false
       try {
         await team.waitFor(next, { signal: wait })
       } catch {
         // no entry within a heartbeat: a beat keeps the stream alive (or the watcher left: the loop ends)
-        if (!signal.aborted) yield { beat: { seq: team.length - 1 } }
+        beat = !signal.aborted
+      } finally {
+        wait.clear()
       }
+      if (beat) yield { beat: { seq: team.length - 1 } }
     }
   }
 }

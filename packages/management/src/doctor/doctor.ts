@@ -4,6 +4,7 @@
  * network itself, and each finding says how bad it is and what to do.
  * Logs on `ioa:management:doctor`.
  */
+import { anySignal } from 'any-signal'
 import { tokenCid } from '@ioa/collab'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -143,7 +144,9 @@ export async function runDoctor (init: DoctorInit): Promise<DoctorReport> {
   const addresses = [...new Set([init.target, ...(s?.addresses ?? []).map(a => withPeer(a, peer))])]
   for (const addr of addresses) {
     try {
-      const conn = await client.transport.dial(multiaddr(addr), { force: true, signal: AbortSignal.any([AbortSignal.timeout(timeout), ...(signal != null ? [signal] : [])]) })
+      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+      const dialSignal = anySignal([AbortSignal.timeout(timeout), signal])
+      const conn = await client.transport.dial(multiaddr(addr), { force: true, signal: dialSignal }).finally(() => { dialSignal.clear() })
       await conn.close().catch((err: unknown) => { log('closing the test connection to %s failed - %e', addr, err) })
       add({ check: 'reach', severity: 'ok', message: `${addr} is reachable`, subject: addr })
     } catch (err: any) {

@@ -9,6 +9,7 @@
  * Bounded: candidates in all, candidates one reporting node may add, dials
  * at once. Logs on `ioa:management:topology:finder`.
  */
+import { anySignal } from 'any-signal'
 import { multiaddr } from '@multiformats/multiaddr'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SnapshotPayload } from '../protocol/snapshot.js'
@@ -163,7 +164,13 @@ export class PeerFinder {
     try {
       if (addrs.length > 0) await this.transport.peerStore.merge(c.peer, { multiaddrs: addrs })
       // without an address, libp2p asks its peer routing (the DHT) for one
-      await this.transport.dial(c.peer, { signal: AbortSignal.any([this.controller.signal, AbortSignal.timeout(this.limits.dialTimeout)]) })
+      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+      const signal = anySignal([this.controller.signal, AbortSignal.timeout(this.limits.dialTimeout)])
+      try {
+        await this.transport.dial(c.peer, { signal })
+      } finally {
+        signal.clear()
+      }
       this.log('connected to %p, reported by %s', c.peer, [...c.by].join(', ').slice(0, 200))
     } catch (err: any) {
       if (!this.stopped) this.log('could not reach %p (reported by %d node(s)) - %s', c.peer, c.by.size, err?.code ?? err?.name ?? err?.message)

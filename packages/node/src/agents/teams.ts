@@ -8,6 +8,7 @@
  * Assignments stay tasks: `taskTeam` names the `assign` entry of a task,
  * for the `task` message's `team` field.
  */
+import { anySignal } from 'any-signal'
 import { EventsOverflowError } from '@ioa/collab'
 import { AgentProtocolError } from '../errors.js'
 import { MAX_ID, errorCode, errorMessage, isObject } from './protocol.js'
@@ -321,7 +322,8 @@ export class TeamBridge {
     if (this.posts >= this.limits.maxConcurrentPosts) { fail('TOO_MANY_POSTS', `${this.limits.maxConcurrentPosts} posts are in flight`); return }
     if (this.followed.size >= this.limits.maxTeams) { fail('TOO_MANY_TEAMS', `The agent program follows ${this.limits.maxTeams} teams already`); return }
     this.posts++
-    const signal = AbortSignal.any([this.parent.lifetime, AbortSignal.timeout(this.limits.formTimeout)])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([this.parent.lifetime, AbortSignal.timeout(this.limits.formTimeout)])
     void (async () => {
       try {
         const team = await teams.form(this.parent.did, goal as unknown as TeamGoalInit, {
@@ -333,6 +335,8 @@ export class TeamBridge {
         const code = this.failureCode(signal, err, 'FORMATION_FAILED')
         this.log('team-form %s of %s failed: %s', id, this.parent.did, errorMessage(err))
         fail(code, errorMessage(err), Array.isArray(err?.failures) ? { failures: err.failures } : {})
+      } finally {
+        signal.clear()
       }
     })().finally(() => { this.posts-- })
   }
@@ -340,7 +344,8 @@ export class TeamBridge {
   /** Sign and post (or leave), then answer `team-posted` or `team-post-error`; never rejects */
   private async run (id: string, post: { team: Team, kind: string, body: Record<string, unknown>, re?: number }): Promise<void> {
     const { team } = post
-    const signal = AbortSignal.any([this.parent.lifetime, AbortSignal.timeout(this.limits.postTimeout)])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([this.parent.lifetime, AbortSignal.timeout(this.limits.postTimeout)])
     try {
       if (post.kind === 'leave') {
         await team.leave(typeof post.body.reason === 'string' ? post.body.reason : undefined, { signal })
@@ -353,6 +358,8 @@ export class TeamBridge {
       const code = this.failureCode(signal, err, 'POST_FAILED')
       this.log('team %s: post %s of %s failed: %s', team.id, id, this.parent.did, errorMessage(err))
       this.parent.send({ type: 'team-post-error', id, team: team.id, code, message: errorMessage(err) })
+    } finally {
+      signal.clear()
     }
   }
 

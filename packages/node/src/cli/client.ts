@@ -3,6 +3,7 @@
  * state (peer key) in a data directory, joined through bootstrap peers,
  * stopped before the command exits.
  */
+import { anySignal } from 'any-signal'
 import { defaultLogger } from '@libp2p/logger'
 import { multiaddr } from '@multiformats/multiaddr'
 import delay from 'delay'
@@ -92,7 +93,17 @@ async function openDataDir (dir: string): Promise<LevelDatastore> {
 /** Dial the bootstrap peers, then wait for a DHT peer; returns the peers connected to */
 async function joinNetwork (node: IoaNode, init: ClientInit): Promise<string[]> {
   const started = Date.now()
-  const signal = AbortSignal.any([init.signal, AbortSignal.timeout(init.timeout)])
+  // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+  const signal = anySignal([init.signal, AbortSignal.timeout(init.timeout)])
+  try {
+    return await joinWithin(node, init, signal, started)
+  } finally {
+    signal.clear()
+  }
+}
+
+/** `joinNetwork` within `signal` */
+async function joinWithin (node: IoaNode, init: ClientInit, signal: AbortSignal, started: number): Promise<string[]> {
   const n = init.bootstrap.length
   init.out.progress(`connecting to ${n} bootstrap peer${n === 1 ? '' : 's'}…`)
   const failures: string[] = []

@@ -6,6 +6,7 @@
  * another member that holds the skill (bounded), or post `result` with
  * `error.code = 'LEASE_LAPSED'` so that the conversation moves on.
  */
+import { anySignal } from 'any-signal'
 import { isCapability } from '@ioa/interconnect'
 import { isTerminal } from '../../tasks/model.js'
 import { skillCovers } from '../../auth/delegation.js'
@@ -206,12 +207,15 @@ export class AssignmentRunner {
 
   /** true once the task's result entry is in the log, false after `ms` */
   private async awaitResult (run: Run, ms: number): Promise<boolean> {
-    const signal = AbortSignal.any([AbortSignal.timeout(ms), run.controller.signal])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([AbortSignal.timeout(ms), run.controller.signal])
     try {
       await run.team.assignments.result(run.task, signal)
       return true
     } catch {
       return false
+    } finally {
+      signal.clear()
     }
   }
 

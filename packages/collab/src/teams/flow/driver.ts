@@ -8,6 +8,7 @@
  * replaced by round-robin, which the entry says. A new sequencer calls
  * `step()` at the start of its epoch, so it continues from the log.
  */
+import { anySignal } from 'any-signal'
 import { raceSignal } from 'race-signal'
 import { isRulePolicy } from './rules.js'
 import { ruleDecision } from './state.js'
@@ -123,7 +124,8 @@ export class FlowDriver {
     if (policy == null) {
       failure = `no ${name} policy on this sequencer`
     } else {
-      const signal = AbortSignal.any([this.controller.signal, AbortSignal.timeout(this.init.decisionTimeout)])
+      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+      const signal = anySignal([this.controller.signal, AbortSignal.timeout(this.init.decisionTimeout)])
       try {
         const history = this.team.history(Math.max(0, this.team.length - HISTORY_SHOWN))
         decision = await raceSignal(Promise.resolve(policy.decide({ team: this.team.id, state: s, roster: this.team.roster, trigger, history, signal })), signal)
@@ -135,6 +137,8 @@ export class FlowDriver {
         // the sequencer stopped: the next one decides
         if (this.controller.signal.aborted) return
         failure = signal.aborted ? `no answer within ${this.init.decisionTimeout} ms` : String(err?.message ?? err)
+      } finally {
+        signal.clear()
       }
     }
     if (failure != null) this.init.log('team %s: the %s policy failed (%s); round-robin decides', this.team.id, name, failure)

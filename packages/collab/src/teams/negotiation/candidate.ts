@@ -5,6 +5,7 @@
  * `maxOpenCfps` (per node and per calling peer), and answers `award` with a
  * signed commitment. Every check refuses with a typed error and a log line.
  */
+import { anySignal } from 'any-signal'
 import { UnknownAgentError } from '@ioa/interconnect'
 import { TooManyRequestsError, TimeoutError } from '@ioa/transport'
 import { raceSignal } from 'race-signal'
@@ -132,11 +133,14 @@ export class NegotiationCandidate {
 
   private async runBidder (entry: OpenCall, bidder: Bidder, identity: Identity, callerSignal: AbortSignal): Promise<CfpAnswer> {
     const p = entry.cfp.payload
-    const signal = AbortSignal.any([callerSignal, this.stopping.signal, AbortSignal.timeout(Math.max(1, p.due - Date.now()))])
+    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+    const signal = anySignal([callerSignal, this.stopping.signal, AbortSignal.timeout(Math.max(1, p.due - Date.now()))])
     let answer: BidAnswer
     try {
       answer = await raceSignal(Promise.resolve().then(async () => bidder({ cfp: p, cid: entry.cfpCid, peer: entry.peer, signal })), signal)
+      signal.clear()
     } catch (err: any) {
+      signal.clear()
       this.release(entry)
       if (signal.aborted) {
         this.log('cfp %s from %s: the bidder did not answer by due', p.id, entry.peer)
@@ -216,13 +220,16 @@ export class NegotiationCandidate {
         return { decline: { code: 'DEADLINE', reason: 'the proposal expired' } }
       }
       if (entry.commit != null) {
-        const signal = AbortSignal.any([callerSignal, this.stopping.signal, AbortSignal.timeout(this.limits.awardTimeout)])
+        // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+        const signal = anySignal([callerSignal, this.stopping.signal, AbortSignal.timeout(this.limits.awardTimeout)])
         let decision
         try {
           decision = await raceSignal(Promise.resolve().then(async () => (entry.commit as Committer)({ award, proposal, cfp: entry.cfp, signal })), signal)
         } catch (err: any) {
           this.log.error('award %s: the committer failed, declined OTHER - %e', awardCid, err)
           return { decline: { code: 'OTHER', reason: signal.aborted ? 'no decision in time' : 'the committer failed' } }
+        } finally {
+          signal.clear()
         }
         if ('decline' in decision) {
           this.log('award %s: declined by the committer', awardCid)

@@ -3,6 +3,7 @@
  * submitted (the executor answers only the peer that submitted it, so the
  * same --data-dir must be used).
  */
+import { anySignal } from 'any-signal'
 import { CLIENT_OPTIONS, bootstrapList, clientDataDir, parseDid, timeoutOf } from '../args.js'
 import { UsageError } from '../errors.js'
 import { toJson } from '../output.js'
@@ -42,8 +43,13 @@ export const taskCommand: CommandSpec = {
       })
     }
     const task = await withClient(client, async ({ node }) => {
-      const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeout)])
-      return canceling ? node.tasks.cancel(to, taskId, { signal }) : node.tasks.get(to, taskId, { signal })
+      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
+      const signal = anySignal([ctx.signal, AbortSignal.timeout(timeout)])
+      try {
+        return await (canceling ? node.tasks.cancel(to, taskId, { signal }) : node.tasks.get(to, taskId, { signal }))
+      } finally {
+        signal.clear()
+      }
     })
     if (out.json) {
       out.emit(task)

@@ -66,7 +66,12 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'no-console': 'off',
-      eqeqeq: ['error', 'smart']
+      eqeqeq: ['error', 'smart'],
+      // on Node 20 a GC can collect a timeout signal inside AbortSignal.any before it fires, and the composite never aborts (nodejs/node#57736)
+      'no-restricted-syntax': ['error', {
+        selector: "CallExpression[callee.object.name='AbortSignal'][callee.property.name='any'] CallExpression[callee.object.name='AbortSignal'][callee.property.name='timeout']",
+        message: 'AbortSignal.any with AbortSignal.timeout never aborts once a GC collected the timeout signal (Node 20, nodejs/node#57736): use anySignal from any-signal, and clear() it'
+      }]
     }
   },
   ...LAYERS.map(layerRules),

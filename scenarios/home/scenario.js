@@ -127,7 +127,6 @@ export default {
     const drone = ctx.node('drone')
     const identity = ctx.driver.identity
     // the whole run, whatever happens
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([ctx.signal, AbortSignal.timeout(RUN_BUDGET)])
     const left = () => Math.max(1, t0 + RUN_BUDGET - Date.now())
     let frozenAt

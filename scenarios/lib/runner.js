@@ -33,7 +33,6 @@ const OTLP = process.env.IOA_DEMO_OTLP != null && process.env.IOA_DEMO_OTLP !== 
 const LOG_DIR = process.env.IOA_DEMO_LOGS != null && process.env.IOA_DEMO_LOGS !== '' ? resolve(process.env.IOA_DEMO_LOGS) : undefined
 
 function timeoutSignal (ms, outer) {
-  // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
   return outer != null ? anySignal([outer, AbortSignal.timeout(ms)]) : AbortSignal.timeout(ms)
 }
 

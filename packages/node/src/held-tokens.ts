@@ -24,9 +24,22 @@ export class HeldTokens {
     if (!Number.isInteger(max) || max < 1 || max > MAX_HELD_TOKENS) throw new RangeError(`max must be an integer from 1 to ${MAX_HELD_TOKENS}`)
   }
 
-  /** Keep the tokens of an accepted submit's chain (hashed in the background; a failure is logged) */
+  /**
+   * Keep the tokens of an accepted submit's chain. Called on every submit:
+   * a token seen before (its object, or its CID) costs two map lookups;
+   * only a token not hashed yet is hashed, in the background (a failure is logged)
+   */
   record (tokens: readonly Token[]): void {
-    this.add(tokens).catch((err: unknown) => { this.log.error('could not keep the tokens of a submit - %e', err) })
+    const now = Date.now()
+    let unhashed: Token[] | undefined
+    for (const t of tokens) {
+      // only what a snapshot can list: a token with a numeric expiry still valid
+      if (!Number.isSafeInteger(t?.payload?.exp) || t.payload.exp <= now) continue
+      const cid = this.cids.get(t)
+      if (cid != null) this.keep(cid, t)
+      else (unhashed ??= []).push(t)
+    }
+    if (unhashed != null) this.hash(unhashed).catch((err: unknown) => { this.log.error('could not keep the tokens of a submit - %e', err) })
   }
 
   /** The tokens kept now that have not expired, soonest to expire first */
@@ -35,20 +48,18 @@ export class HeldTokens {
     return [...this.byCid.values()].sort((x, y) => x.payload.exp - y.payload.exp)
   }
 
-  private async add (tokens: readonly Token[]): Promise<void> {
-    const now = Date.now()
+  private async hash (tokens: Token[]): Promise<void> {
     for (const t of tokens) {
-      // only what a snapshot can list: a token with a numeric expiry still valid
-      if (!Number.isSafeInteger(t?.payload?.exp) || t.payload.exp <= now) continue
-      let cid = this.cids.get(t)
-      if (cid == null) {
-        cid = (await tokenCid(t)).toString()
-        this.cids.set(t, cid)
-      }
-      if (this.byCid.has(cid)) continue
-      this.byCid.set(cid, t)
+      const cid = (await tokenCid(t)).toString()
+      this.cids.set(t, cid)
+      this.keep(cid, t)
     }
-    this.dropExpired(Date.now())
+  }
+
+  /** Keep `t` under `cid`; past `max`, drop the soonest to expire (expired ones first, as they expire soonest) */
+  private keep (cid: string, t: Token): void {
+    if (this.byCid.has(cid)) return
+    this.byCid.set(cid, t)
     while (this.byCid.size > this.max) {
       let first: [string, Token] | undefined
       for (const e of this.byCid) {

@@ -13,14 +13,16 @@
 // the importing module does; a nested copy of another version is bundled.
 import { execFileSync } from 'node:child_process'
 import { realpathSync } from 'node:fs'
-import { mkdir, rm } from 'node:fs/promises'
+import { mkdir, readdir, rm } from 'node:fs/promises'
 import { join, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const out = join(root, 'dist', 'bundle')
-const pieces = ['core', 'tcp', 'memory', 'config', 'gossipsub']
+// every module of src/stack/ is a piece (src/stack.ts loads each by its name)
+const stackDir = join(root, 'dist', 'src', 'stack')
+const pieces = (await readdir(stackDir)).filter(f => f.endsWith('.js')).map(f => f.slice(0, -3))
 const verbose = process.argv.includes('--verbose')
 
 /** The packages (their directories) loaded by importing the stack's packages */
@@ -93,7 +95,7 @@ const sharedExternal = {
 await rm(out, { recursive: true, force: true })
 await mkdir(out, { recursive: true })
 const result = await build({
-  entryPoints: Object.fromEntries(pieces.map(p => [p, join(root, 'dist', 'src', 'stack', `${p}.js`)])),
+  entryPoints: Object.fromEntries(pieces.map(p => [p, join(stackDir, `${p}.js`)])),
   outdir: out,
   bundle: true,
   splitting: true,

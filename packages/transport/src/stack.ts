@@ -40,7 +40,7 @@ let useBundle: boolean | undefined
 /** Whether the pieces come from the bundle: it exists, and IOA_STACK_BUNDLE is not `0` (decided once) */
 function bundled (): boolean {
   if (useBundle == null) {
-    const off = globalThis.process?.env?.IOA_STACK_BUNDLE === '0'
+    const off = process.env.IOA_STACK_BUNDLE === '0'
     useBundle = !off && existsSync(fileURLToPath(new URL('core.js', BUNDLE_DIR)))
     log('loading the libp2p stack %s', useBundle ? `from the bundle in ${fileURLToPath(BUNDLE_DIR)}` : off ? 'module by module (IOA_STACK_BUNDLE=0)' : 'module by module (no bundle built)')
   }

@@ -487,7 +487,6 @@ class Session {
     const { node, agent } = this.env
     if (!this.droneAllowed) throw new HomeSecurityError('UNAUTHORIZED', `The homeowner's delegation does not cover ${DRONE}`)
     const deadlineAt = Math.min(incident.deadlineAt, this.ctx.deadline ?? Infinity)
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([alertSignal, this.signal, AbortSignal.timeout(Math.max(1, deadlineAt - Date.now() + 1_000))])
     const searched = Date.now()
     let drones = []

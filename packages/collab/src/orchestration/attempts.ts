@@ -249,7 +249,6 @@ export class SubtaskRunner {
    * canceled (unless it completes first); no answer: `unreachable`.
    */
   private async confirm (attempt: AttemptRecord, outer: AbortSignal): Promise<{ state: AttemptState, result?: unknown }> {
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([outer, AbortSignal.timeout(this.ctx.confirmTimeout)])
     try {
       return await this.confirmWithin(attempt, signal)

@@ -134,7 +134,6 @@ export class TeamWatchers {
         if (entry.msg.payload.type === 'conclude') return
         continue
       }
-      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
       const wait = anySignal([signal, AbortSignal.timeout(heartbeat)])
       let beat = false
       try {

@@ -144,7 +144,6 @@ export async function runDoctor (init: DoctorInit): Promise<DoctorReport> {
   const addresses = [...new Set([init.target, ...(s?.addresses ?? []).map(a => withPeer(a, peer))])]
   for (const addr of addresses) {
     try {
-      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
       const dialSignal = anySignal([AbortSignal.timeout(timeout), signal])
       const conn = await client.transport.dial(multiaddr(addr), { force: true, signal: dialSignal }).finally(() => { dialSignal.clear() })
       await conn.close().catch((err: unknown) => { log('closing the test connection to %s failed - %e', addr, err) })

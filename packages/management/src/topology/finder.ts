@@ -164,7 +164,6 @@ export class PeerFinder {
     try {
       if (addrs.length > 0) await this.transport.peerStore.merge(c.peer, { multiaddrs: addrs })
       // without an address, libp2p asks its peer routing (the DHT) for one
-      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
       const signal = anySignal([this.controller.signal, AbortSignal.timeout(this.limits.dialTimeout)])
       try {
         await this.transport.dial(c.peer, { signal })

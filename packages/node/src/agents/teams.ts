@@ -322,7 +322,6 @@ export class TeamBridge {
     if (this.posts >= this.limits.maxConcurrentPosts) { fail('TOO_MANY_POSTS', `${this.limits.maxConcurrentPosts} posts are in flight`); return }
     if (this.followed.size >= this.limits.maxTeams) { fail('TOO_MANY_TEAMS', `The agent program follows ${this.limits.maxTeams} teams already`); return }
     this.posts++
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([this.parent.lifetime, AbortSignal.timeout(this.limits.formTimeout)])
     void (async () => {
       try {
@@ -344,7 +343,6 @@ export class TeamBridge {
   /** Sign and post (or leave), then answer `team-posted` or `team-post-error`; never rejects */
   private async run (id: string, post: { team: Team, kind: string, body: Record<string, unknown>, re?: number }): Promise<void> {
     const { team } = post
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([this.parent.lifetime, AbortSignal.timeout(this.limits.postTimeout)])
     try {
       if (post.kind === 'leave') {

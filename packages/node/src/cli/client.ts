@@ -93,7 +93,6 @@ async function openDataDir (dir: string): Promise<LevelDatastore> {
 /** Dial the bootstrap peers, then wait for a DHT peer; returns the peers connected to */
 async function joinNetwork (node: IoaNode, init: ClientInit): Promise<string[]> {
   const started = Date.now()
-  // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
   const signal = anySignal([init.signal, AbortSignal.timeout(init.timeout)])
   try {
     return await joinWithin(node, init, signal, started)

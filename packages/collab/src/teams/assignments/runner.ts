@@ -207,7 +207,6 @@ export class AssignmentRunner {
 
   /** true once the task's result entry is in the log, false after `ms` */
   private async awaitResult (run: Run, ms: number): Promise<boolean> {
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([AbortSignal.timeout(ms), run.controller.signal])
     try {
       await run.team.assignments.result(run.task, signal)

@@ -124,7 +124,6 @@ export class FlowDriver {
     if (policy == null) {
       failure = `no ${name} policy on this sequencer`
     } else {
-      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
       const signal = anySignal([this.controller.signal, AbortSignal.timeout(this.init.decisionTimeout)])
       try {
         const history = this.team.history(Math.max(0, this.team.length - HISTORY_SHOWN))

@@ -133,14 +133,11 @@ export class NegotiationCandidate {
 
   private async runBidder (entry: OpenCall, bidder: Bidder, identity: Identity, callerSignal: AbortSignal): Promise<CfpAnswer> {
     const p = entry.cfp.payload
-    // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
     const signal = anySignal([callerSignal, this.stopping.signal, AbortSignal.timeout(Math.max(1, p.due - Date.now()))])
     let answer: BidAnswer
     try {
       answer = await raceSignal(Promise.resolve().then(async () => bidder({ cfp: p, cid: entry.cfpCid, peer: entry.peer, signal })), signal)
-      signal.clear()
     } catch (err: any) {
-      signal.clear()
       this.release(entry)
       if (signal.aborted) {
         this.log('cfp %s from %s: the bidder did not answer by due', p.id, entry.peer)
@@ -148,6 +145,8 @@ export class NegotiationCandidate {
       }
       this.log.error('cfp %s from %s: the bidder failed, declined OTHER - %e', p.id, entry.peer, err)
       return { decline: { code: 'OTHER', reason: 'the bidder failed' } }
+    } finally {
+      signal.clear()
     }
     if ('decline' in answer) {
       this.release(entry)
@@ -220,7 +219,6 @@ export class NegotiationCandidate {
         return { decline: { code: 'DEADLINE', reason: 'the proposal expired' } }
       }
       if (entry.commit != null) {
-        // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
         const signal = anySignal([callerSignal, this.stopping.signal, AbortSignal.timeout(this.limits.awardTimeout)])
         let decision
         try {

@@ -43,7 +43,6 @@ export const taskCommand: CommandSpec = {
       })
     }
     const task = await withClient(client, async ({ node }) => {
-      // any-signal, not AbortSignal.any: on Node 20 a GC can collect the timeout signal inside AbortSignal.any before it fires, and the composite then never aborts (nodejs/node#57736)
       const signal = anySignal([ctx.signal, AbortSignal.timeout(timeout)])
       try {
         return await (canceling ? node.tasks.cancel(to, taskId, { signal }) : node.tasks.get(to, taskId, { signal }))
